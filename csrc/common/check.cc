@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// Definitions of the bindings' check vocabulary (include/sgl_kernel/check.h).
+#include "sgl_kernel/check.h"
+
+#include <sstream>
+
+#include "sgl_kernel/runtime.h"
+
+namespace sgl_kernel {
+
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::ScalarType::Float: return "torch.float32";
+    case at::ScalarType::Double: return "torch.float64";
+    case at::ScalarType::Half: return "torch.float16";
+    case at::ScalarType::BFloat16: return "torch.bfloat16";
+    case at::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
+    case at::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
+    case at::ScalarType::Char: return "torch.int8";
+    case at::ScalarType::Byte: return "torch.uint8";
+    case at::ScalarType::Short: return "torch.int16";
+    case at::ScalarType::Int: return "torch.int32";
+    case at::ScalarType::Long: return "torch.int64";
+    case at::ScalarType::Bool: return "torch.bool";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
+namespace {
+std::string shape_str(const at::Tensor& t) {
+  std::ostringstream os;
+  os << "[";
+  for (int64_t i = 0; i < t.dim(); ++i) os << (i ? ", " : "") << t.size(i);
+  os << "]";
+  return os.str();
+}
+}  // namespace
+
+void check_cuda(const char* op, const char* name, const at::Tensor& t) {
+  SGL_CHECK(t.is_cuda(), op, name, " must be a CUDA tensor, got device ", t.device().str());
+}
+
+void check_same_device(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                       const at::Tensor& ref) {
+  SGL_CHECK(t.device() == ref.device(), op, name, " must be on the device of ", ref_name, " (",
+            ref.device().str(), "), got ", t.device().str());
+}
+
+void check_dtype(const char* op, const char* name, const at::Tensor& t,
+                 std::initializer_list<at::ScalarType> allowed) {
+  for (at::ScalarType a : allowed) {
+    if (t.scalar_type() == a) return;
+  }
+  std::string list;
+  size_t i = 0;
+  for (at::ScalarType a : allowed) {
+    if (i > 0) list += (i + 1 == allowed.size()) ? " or " : ", ";
+    list += dtype_name(a);
+    ++i;
+  }
+  SGL_CHECK(false, op, name, " must have dtype ", list, ", got ", dtype_name(t.scalar_type()));
+}
+
+void check_same_dtype(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                      const at::Tensor& ref) {
+  SGL_CHECK(t.scalar_type() == ref.scalar_type(), op, name, " must have dtype ",
+            dtype_name(ref.scalar_type()), " (same as ", ref_name, "), got ",
+            dtype_name(t.scalar_type()));
+}
+
+void check_dim(const char* op, const char* name, const at::Tensor& t, int64_t dim) {
+  SGL_CHECK(t.dim() == dim, op, name, " must be ", dim, "-D, got ", t.dim(), "-D tensor of shape ",
+            shape_str(t));
+}
+
+void check_min_dim(const char* op, const char* name, const at::Tensor& t, int64_t min_dim) {
+  SGL_CHECK(t.dim() >= min_dim, op, name, " must have at least ", min_dim, " dimension(s), got shape ",
+            shape_str(t));
+}
+
+void check_contiguous(const char* op, const char* name, const at::Tensor& t) {
+  SGL_CHECK(t.is_contiguous(), op, name, " must be contiguous, got shape ", shape_str(t),
+            " with strides ", t.strides());
+}
+
+void check_last_dim_contiguous(const char* op, const char* name, const at::Tensor& t) {
+  SGL_CHECK(t.dim() == 0 || t.stride(-1) == 1 || t.size(-1) <= 1, op, name,
+            " must have a contiguous last dimension (stride(-1) == 1), got strides ", t.strides());
+}
+
+void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,
+                const char* what) {
+  const int64_t d = dim < 0 ? dim + t.dim() : dim;
+  SGL_CHECK(d >= 0 && d < t.dim(), op, name, " must have a dimension ", dim, ", got shape ",
+            shape_str(t));
+  SGL_CHECK(t.size(d) == expected, op, name, ".shape[", dim, "] must be ", expected, " (", what,
+            "), got ", t.size(d), " (shape ", shape_str(t), ")");
+}
+
+void check_leading_dims(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                        const at::Tensor& ref, int64_t dims) {
+  bool ok = t.dim() >= dims && ref.dim() >= dims;
+  for (int64_t i = 0; ok && i < dims; ++i) ok = t.size(i) == ref.size(i);
+  SGL_CHECK(ok, op, name, " must have the leading dimensions of ", ref_name, " ", shape_str(ref),
+            ", got shape ", shape_str(t));
+}
+
+void require_kernel(const char* op, const char* family, const char* archs, const at::Tensor& t) {
+  const int device = t.get_device();
+  int cc = 0;
+  try {
+    cc = device_capability(device);
+  } catch (const std::exception& e) {
+    SGL_CHECK(false, op, e.what());
+  }
+  const std::string list(archs);
+  if (archs_cover(list, cc)) return;
+  const int major = cc / 10, minor = cc % 10;
+  cudaDeviceProp prop{};
+  const bool have_name = cudaGetDeviceProperties(&prop, device) == cudaSuccess;
+  const bool arch_specific = cc == 90 || (cc >= 100 && cc <= 103) || cc == 120 || cc == 121;
+  SGL_CHECK(false, op, "no kernel for this GPU: ", have_name ? prop.name : "CUDA device",
+            " (cuda:", device, ", sm_", cc, ") is not covered by this build's ", family,
+            " family, which holds ", format_archs(list),
+            list.empty() ? " (the family was not compiled: none of the requested archs support it)"
+                         : "",
+            ". Rebuild for this GPU: SGL_KERNEL_CUDA_ARCHS=\"", major, ".", minor,
+            arch_specific ? "a" : "", "\" pip install --no-build-isolation . "
+            "(or leave SGL_KERNEL_CUDA_ARCHS unset to build for the visible GPU).");
+}
+
+bool pdl_supported(const at::Tensor& t) {
+  return device_capability(t.get_device()) >= 90;
+}
+
+void check_launch(const char* op, cudaError_t err) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // a launch error is not sticky: clear it for the next op
+  SGL_CHECK(false, op, "CUDA error during launch: ", cudaGetErrorName(err), " (",
+            cudaGetErrorString(err), ")");
+}
+
+}  // namespace sgl_kernel

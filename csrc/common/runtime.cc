@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side GPU facts (include/sgl_kernel/runtime.h). Torch-free.
+#include "sgl_kernel/runtime.h"
+
+#include <atomic>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace sgl_kernel {
+
+namespace {
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_capability[kMaxDevices];  // 0 = not queried yet
+
+std::vector<std::string> split_csv(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+}  // namespace
+
+int device_capability(int device) {
+  if (device < 0 || device >= kMaxDevices) throw std::runtime_error("device index out of range");
+  int cached = g_capability[device].load(std::memory_order_relaxed);
+  if (cached != 0) return cached;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
+    throw std::runtime_error("cannot read the compute capability of CUDA device " + std::to_string(device));
+  }
+  const int cc = major * 10 + minor;
+  g_capability[device].store(cc, std::memory_order_relaxed);
+  return cc;
+}
+
+bool archs_cover(const std::string& archs, int cc) {
+  const int dev_major = cc / 10;
+  for (std::string a : split_csv(archs)) {
+    bool ptx = false;
+    const auto plus = a.find("+ptx");
+    if (plus != std::string::npos) {
+      ptx = true;
+      a = a.substr(0, plus);
+    }
+    bool arch_specific = false;
+    if (!a.empty() && (a.back() == 'a' || a.back() == 'f')) {
+      arch_specific = a.back() == 'a';
+      // 'f' (family) targets run on the same major with minor >= theirs, like plain sm.
+      a.pop_back();
+    }
+    const int target = std::stoi(a);
+    if (ptx && cc >= target) return true;
+    if (arch_specific) {
+      if (cc == target) return true;
+    } else if (dev_major == target / 10 && cc >= target) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string format_archs(const std::string& archs) {
+  std::string out;
+  for (const std::string& a : split_csv(archs)) {
+    if (!out.empty()) out += ", ";
+    const auto plus = a.find("+ptx");
+    if (plus != std::string::npos) {
+      out += "sm_" + a.substr(0, plus) + "+compute_" + a.substr(0, plus);
+    } else {
+      out += "sm_" + a;
+    }
+  }
+  return out.empty() ? std::string("none") : out;
+}
+
+}  // namespace sgl_kernel

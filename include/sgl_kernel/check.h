@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// The check vocabulary of the bindings layer (csrc/<family>/<family>_ops.cc). Every failed
+// check raises RuntimeError with a message that starts with "sgl_kernel.<op>: " and names
+// the argument, the requirement and the actual value (API.md section 1.4).
+//
+// Host-only and torch-dependent: never include this from a .cu file.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime.h>
+
+namespace sgl_kernel {
+
+// "torch.bfloat16", as Python prints dtypes.
+std::string dtype_name(at::ScalarType t);
+
+#define SGL_CHECK(cond, op, ...) TORCH_CHECK((cond), "sgl_kernel.", (op), ": ", __VA_ARGS__)
+
+// The argument is a CUDA tensor.
+void check_cuda(const char* op, const char* name, const at::Tensor& t);
+// The argument is on the same device as `ref` (both named in the message).
+void check_same_device(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                       const at::Tensor& ref);
+// The argument's dtype is one of `allowed`.
+void check_dtype(const char* op, const char* name, const at::Tensor& t,
+                 std::initializer_list<at::ScalarType> allowed);
+// The argument has the dtype of `ref`.
+void check_same_dtype(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                      const at::Tensor& ref);
+void check_dim(const char* op, const char* name, const at::Tensor& t, int64_t dim);
+void check_min_dim(const char* op, const char* name, const at::Tensor& t, int64_t min_dim);
+void check_contiguous(const char* op, const char* name, const at::Tensor& t);
+void check_last_dim_contiguous(const char* op, const char* name, const at::Tensor& t);
+// t.size(dim) == expected; `what` explains the expectation, e.g. "input.shape[-1] / 2".
+void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,
+                const char* what);
+// t.shape[:dim] == ref.shape[:dim] for the leading `dims` dimensions.
+void check_leading_dims(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                        const at::Tensor& ref, int64_t dims);
+
+// The family's kernels exist for the GPU that holds `t`: raises a RuntimeError naming the
+// op, the GPU and its arch, the archs the build holds, and how to rebuild. `archs` is the
+// family's SGL_KERNEL_ARCHS_<FAMILY> (empty when the family was not built).
+void require_kernel(const char* op, const char* family, const char* archs, const at::Tensor& t);
+
+// Whether a kernel launched for the device of `t` may use programmatic dependent launch.
+bool pdl_supported(const at::Tensor& t);
+
+// Raise if a launcher returned an error.
+void check_launch(const char* op, cudaError_t err);
+
+}  // namespace sgl_kernel

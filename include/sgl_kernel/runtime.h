@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-side facts about the running GPU (torch-free; defined in csrc/common/runtime.cc).
+#pragma once
+
+#include <string>
+
+namespace sgl_kernel {
+
+// Compute capability of CUDA device `device` as 10 * major + minor (90 for an H100);
+// cached per device after the first query. Throws std::runtime_error if it cannot be read.
+int device_capability(int device);
+
+// Whether a build holding the comma-separated targets `archs` ("80,89,90a,120+ptx") has
+// machine code, or PTX the driver can compile, for a device of capability `cc`.
+// sm_XY runs on X.Z with Z >= Y; sm_XYa only on X.Y; PTX compute_XY on anything >= X.Y.
+bool archs_cover(const std::string& archs, int cc);
+
+// "sm_80, sm_89, sm_90a" for messages.
+std::string format_archs(const std::string& archs);
+
+}  // namespace sgl_kernel

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// 16-byte vector loads/stores. Kernels take the vector path only when the launcher has
+// checked alignment (is_aligned16 on every pointer and row pitch); tails and misaligned
+// inputs go through the scalar path of the same kernel file.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace sgl_kernel {
+
+// Elements of T in one 16-byte vector.
+template <typename T>
+inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T data[N];
+  __device__ __forceinline__ T& operator[](int i) { return data[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return data[i]; }
+};
+
+template <typename T>
+using Vec16 = Vec<T, kVec16<T>>;
+
+static_assert(sizeof(Vec<float, 4>) == 16, "Vec16 must be 16 bytes");
+
+__host__ __device__ inline bool is_aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Plain 16-byte load through the L1 (data that other threads of the block re-read).
+template <typename T>
+__device__ __forceinline__ Vec16<T> load16(const T* p) {
+  return *reinterpret_cast<const Vec16<T>*>(p);
+}
+
+// 16-byte load of data read exactly once: read-only path, no L1 allocation. Only for
+// memory that no thread of the same kernel writes.
+template <typename T>
+__device__ __forceinline__ Vec16<T> load16_stream(const T* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  Vec16<T> v;
+  *reinterpret_cast<uint4*>(&v) = r;
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const Vec16<T>& v) {
+  *reinterpret_cast<Vec16<T>*>(p) = v;
+}
+
+}  // namespace sgl_kernel
