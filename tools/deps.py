@@ -96,7 +96,9 @@ def extract(name: str, archive: str, dest: str) -> str:
     stamp_text = f"{name} {d['version']} {os.path.basename(archive)}\n"
     if os.path.isfile(stamp) and open(stamp).read() == stamp_text:
         return dest
-    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=os.path.dirname(os.path.abspath(dest)) or ".")
+    parent = os.path.dirname(os.path.abspath(dest))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=parent)
     try:
         if archive.endswith(".whl"):
             prefix = d["wheel_root"].rstrip("/") + "/"
@@ -115,7 +117,10 @@ def extract(name: str, archive: str, dest: str) -> str:
             with tarfile.open(archive) as t:
                 members = [m for m in t.getmembers()
                            if (m.isfile() or m.isdir()) and _kept(m.name.lstrip("./"), d["keep"])]
-                t.extractall(tmp, members=members)
+                if hasattr(tarfile, "data_filter"):
+                    t.extractall(tmp, members=members, filter="data")
+                else:
+                    t.extractall(tmp, members=members)
         missing = [k for k in d["keep"] if not os.path.isdir(os.path.join(tmp, k))]
         if missing:
             sys.exit(f"deps.py: {archive} lacks {', '.join(missing)} for {name}")

@@ -29,28 +29,54 @@ __host__ __device__ inline bool is_aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
-// Plain 16-byte load through the L1 (data that other threads of the block re-read).
-template <typename T>
-__device__ __forceinline__ Vec16<T> load16(const T* p) {
-  return *reinterpret_cast<const Vec16<T>*>(p);
-}
+// Cache policies of 16-byte accesses (PTX cache operators / eviction priorities).
+enum class LoadPolicy {
+  kDefault,     // ld.global: cached in L1 and L2 (data the block re-reads)
+  kStream,      // ld.global.nc.L1::no_allocate: read once, read-only for the whole kernel
+  kEvictFirst,  // ld.global.cs: read once, evict first from L1 and L2
+};
+enum class StorePolicy {
+  kDefault,     // st.global (write-back; the next kernel usually reads it from L2)
+  kStream,      // st.global.cs: written once, evict first
+};
 
-// 16-byte load of data read exactly once: read-only path, no L1 allocation. Only for
-// memory that no thread of the same kernel writes.
-template <typename T>
-__device__ __forceinline__ Vec16<T> load16_stream(const T* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
+template <typename T, LoadPolicy kPolicy = LoadPolicy::kDefault>
+__device__ __forceinline__ Vec16<T> load16(const T* p) {
   Vec16<T> v;
-  *reinterpret_cast<uint4*>(&v) = r;
+  if constexpr (kPolicy == LoadPolicy::kDefault) {
+    v = *reinterpret_cast<const Vec16<T>*>(p);
+  } else {
+    uint4 r;
+    if constexpr (kPolicy == LoadPolicy::kStream) {
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    } else {
+      asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    }
+    *reinterpret_cast<uint4*>(&v) = r;
+  }
   return v;
 }
 
+// 16-byte load of data read exactly once, that no thread of the same kernel writes.
 template <typename T>
+__device__ __forceinline__ Vec16<T> load16_stream(const T* p) {
+  return load16<T, LoadPolicy::kStream>(p);
+}
+
+template <typename T, StorePolicy kPolicy = StorePolicy::kDefault>
 __device__ __forceinline__ void store16(T* p, const Vec16<T>& v) {
-  *reinterpret_cast<Vec16<T>*>(p) = v;
+  if constexpr (kPolicy == StorePolicy::kDefault) {
+    *reinterpret_cast<Vec16<T>*>(p) = v;
+  } else {
+    const uint4 r = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z),
+                 "r"(r.w)
+                 : "memory");
+  }
 }
 
 }  // namespace sgl_kernel

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernels of the gated activations (silu/gelu/gelu_tanh_and_mul). Launched by
+// activation.cu; also instantiated with other launch shapes and cache policies by
+// benchmark/elementwise/tune_act_and_mul.cu, which picks the production configuration.
+//
+// out[r, j] = act(x[r, j]) * x[r, d + j]; memory bound (read 2d, write d per row), so the
+// kernel's only job is to keep enough 16-byte loads in flight. The rows are flattened into
+// one index space of 16-byte vectors, so any d fills the grid evenly, with no per-row
+// blocks idling when d is not a multiple of the block size.
+#pragma once
+
+#include <cstdint>
+
+#include "elementwise/elementwise.h"
+#include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/fastdiv.cuh"
+#include "sgl_kernel/types.cuh"
+#include "sgl_kernel/vec.cuh"
+
+namespace sgl_kernel::elementwise {
+
+template <Activation kAct>
+__device__ __forceinline__ float activate(float x) {
+  if constexpr (kAct == Activation::kSilu) {
+    return x / (1.0f + __expf(-x));
+  } else if constexpr (kAct == Activation::kGelu) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  } else {
+    // sqrt(2/pi) * (x + 0.044715 x^3)
+    const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+  }
+}
+
+// Vector path: d % kVec == 0, 16-byte aligned tensors, rows * d / kVec < 2^32. Thread t of
+// block b handles vectors b * kThreads * kUnroll + u * kThreads + t (u < kUnroll); all loads
+// are issued before the first use, so each thread keeps 2 * kUnroll loads in flight.
+template <typename T, Activation kAct, int kThreads, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream,
+          StorePolicy kStore = StorePolicy::kDefault>
+__global__ void __launch_bounds__(kThreads)
+    act_and_mul_vec_kernel(T* __restrict__ out,          // [rows, d]
+                           const T* __restrict__ input,  // [rows, 2 * d]
+                           FastDivmod d_vec,             // vectors per row (d / kVec)
+                           uint32_t total_vec) {         // rows * d_vec
+  constexpr int kVec = kVec16<T>;
+  SGL_PDL_WAIT();
+  const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
+  Vec16<T> a[kUnroll], b[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = base + u * kThreads;
+    if (i < total_vec) {
+      uint32_t row, col;
+      d_vec.divmod(i, row, col);
+      const T* x = input + (static_cast<int64_t>(row) * d_vec.divisor * 2 + col) * kVec;
+      a[u] = load16<T, kLoad>(x);
+      b[u] = load16<T, kLoad>(x + static_cast<int64_t>(d_vec.divisor) * kVec);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = base + u * kThreads;
+    if (i < total_vec) {
+      Vec16<T> o;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        o[k] = from_float<T>(activate<kAct>(to_float(a[u][k])) * to_float(b[u][k]));
+      }
+      store16<T, kStore>(out + static_cast<int64_t>(i) * kVec, o);
+    }
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+// Scalar path: any d, any alignment, any size (64-bit indices, grid-stride loop).
+template <typename T, Activation kAct, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    act_and_mul_scalar_kernel(T* __restrict__ out,          // [rows, d]
+                              const T* __restrict__ input,  // [rows, 2 * d]
+                              int64_t d, int64_t total) {   // total = rows * d
+  SGL_PDL_WAIT();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total; i += stride) {
+    const int64_t row = i / d;
+    const int64_t col = i - row * d;
+    const T* x = input + row * 2 * d + col;
+    out[i] = from_float<T>(activate<kAct>(to_float(x[0])) * to_float(x[d]));
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+}  // namespace sgl_kernel::elementwise

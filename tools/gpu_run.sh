@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# One full GPU-host run: build from the offline bundle (no network), the op self check, the
+# test suite, and the benchmarks. Logs go to $OUT (default gpu_out/):
+#   run.log  (environment, build, python -m sgl_kernel, pytest)   bench/*  (benchmark outputs)
+# Usage: bash tools/gpu_run.sh [--no-build] [--no-tests] [--no-bench] [--quick] [--tests ARGS]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+LOG="$OUT/run.log"
+export PYTHONUNBUFFERED=1
+build=1 tests=1 bench=1 quick="" test_args="tests/"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) build=0 ;;
+    --no-tests) tests=0 ;;
+    --no-bench) bench=0 ;;
+    --quick) quick="--quick" ;;
+    --tests) shift; test_args="$1" ;;
+  esac
+  shift
+done
+
+section() { echo; echo "=== $* ($(date +%T))"; }
+{
+  section environment
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+  nvcc --version | tail -2
+  cmake --version | head -1
+
+  if [ "$build" = 1 ]; then
+    section "build from the offline bundle"
+    python3 -m pip install -q --no-index --find-links .bundle/wheels scikit-build-core
+    mkdir -p build
+    t0=$(date +%s)
+    if python3 -m pip install --no-build-isolation --no-deps -v . > build/gpu-build.txt 2>&1; then
+      echo "build OK in $(( $(date +%s) - t0 )) s"
+    else
+      echo "BUILD FAILED after $(( $(date +%s) - t0 )) s"; tail -n 80 build/gpu-build.txt
+    fi
+    grep -E "^ *-- +[a-z].*: |\[[0-9]+/[0-9]+\]" build/gpu-build.txt
+    ls -la "$(python3 -c 'import os, sgl_kernel; print(os.path.dirname(sgl_kernel.__file__))')"
+  fi
+
+  section "python -m sgl_kernel"
+  python3 -m sgl_kernel
+
+  if [ "$tests" = 1 ]; then
+    section "pytest $test_args"
+    # shellcheck disable=SC2086
+    python3 -m pytest $test_args -q -rs -p no:cacheprovider --durations=10
+  fi
+} 2>&1 | tee "$LOG"
+
+if [ "$bench" = 1 ]; then
+  mkdir -p "$OUT/bench"
+  # shellcheck disable=SC2086
+  python3 benchmark/elementwise/bench_activation.py --out "$OUT/bench" $quick 2>&1 | tee "$OUT/bench/bench.log" | tail -n 60
+fi
