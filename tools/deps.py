@@ -135,21 +135,63 @@ def extract(name: str, archive: str, dest: str) -> str:
     return dest
 
 
-def download(name: str, directory: str, timeout: int = 300) -> str | None:
-    """pip download the pinned wheel (no dependencies) from the configured index."""
-    d = dep(name)
-    os.makedirs(directory, exist_ok=True)
-    found = find_archive(name, directory)
-    if found:
-        return found
+def _download_with_pip(d: dict, directory: str, timeout: int) -> bool:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-q", "-d", directory,
            f"{d['pypi_name']}=={d['pypi_version']}"]
     try:
         subprocess.run(cmd, check=True, timeout=timeout, stdout=sys.stderr)
+        return True
     except (subprocess.SubprocessError, OSError) as exc:
         print(f"deps.py: pip download of {d['pypi_name']} failed: {exc}", file=sys.stderr)
-        return None
+        return False
+
+
+def _download_with_urllib(name: str, d: dict, directory: str, timeout: int) -> bool:
+    """PEP 691 JSON simple index (build environments of uv and others have no pip)."""
+    import fnmatch
+    import hashlib
+    import urllib.request
+
+    index = os.environ.get("PIP_INDEX_URL") or os.environ.get("UV_INDEX_URL") or "https://pypi.org/simple"
+    url = f"{index.rstrip('/')}/{d['pypi_name']}/"
+    try:
+        req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            files = json.load(resp).get("files", [])
+        pattern = wheel_glob(name)
+        matches = [f for f in files if fnmatch.fnmatch(f["filename"], pattern)]
+        if not matches:
+            print(f"deps.py: no {pattern} at {url}", file=sys.stderr)
+            return False
+        entry = matches[0]
+        target = os.path.join(directory, entry["filename"])
+        with urllib.request.urlopen(entry["url"], timeout=timeout) as resp:
+            data = resp.read()
+        want = entry.get("hashes", {}).get("sha256")
+        if want and hashlib.sha256(data).hexdigest() != want:
+            print(f"deps.py: sha256 mismatch for {entry['filename']}", file=sys.stderr)
+            return False
+        with open(target + ".part", "wb") as f:
+            f.write(data)
+        os.replace(target + ".part", target)
+        return True
+    except Exception as exc:  # network errors of every kind: report, fall through to git
+        print(f"deps.py: download of {d['pypi_name']} from {url} failed: {exc}", file=sys.stderr)
+        return False
+
+
+def download(name: str, directory: str, timeout: int = 300) -> str | None:
+    """Download the pinned wheel (no dependencies) from the package index: with pip when
+    this interpreter has it, else straight from the index's JSON simple API."""
+    d = dep(name)
+    os.makedirs(directory, exist_ok=True)
+    found = find_archive(name, directory)
+    if found:
+        return found
+    have_pip = importlib.util.find_spec("pip") is not None
+    if not (have_pip and _download_with_pip(d, directory, timeout)):
+        _download_with_urllib(name, d, directory, timeout)
     return find_archive(name, directory)
 
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // custom_relu and fused_add_relu: out = max(x (+ bias), 0), output contiguous.
 //
-// Contiguous input: one flat pass with 16-byte vectors (scalar head-free: the output is
+// Contiguous input: one flat pass with 16-byte vectors and a scalar tail (the output is
 // freshly allocated, so only the input's alignment and the bias period decide the path).
 // Strided input: each thread maps its output index to the input offset through the
 // merged sizes/strides.
@@ -27,10 +27,12 @@ __global__ void __launch_bounds__(kThreads)
     relu_vec_kernel(T* __restrict__ out,          // [numel]
                     const T* __restrict__ input,  // [numel], contiguous
                     const T* __restrict__ bias,   // [last_dim]
-                    int64_t num_vec, int64_t last_dim_vec) {
+                    int64_t numel, int64_t last_dim_vec) {
   constexpr int kVec = kVec16<T>;
+  const int64_t num_vec = numel / kVec;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < num_vec; i += stride) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  for (int64_t i = tid; i < num_vec; i += stride) {
     const Vec16<T> x = load16_stream(input + i * kVec);
     Vec16<T> o;
     if constexpr (kHasBias) {
@@ -42,6 +44,11 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < kVec; ++k) o[k] = from_float<T>(relu(to_float(x[k])));
     }
     store16(out + i * kVec, o);
+  }
+  // Scalar tail (< kVec elements; only without bias, whose period keeps numel % kVec == 0).
+  if constexpr (!kHasBias) {
+    const int64_t i = num_vec * kVec + tid;
+    if (i < numel) out[i] = from_float<T>(relu(to_float(input[i])));
   }
 }
 
@@ -78,12 +85,12 @@ int64_t grid_for(int64_t work) {
 template <typename T, bool kHasBias>
 cudaError_t launch_typed(const ReluParams<T>& p, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
-  const bool vec_ok = p.ndim == 0 && p.numel % kVec == 0 && is_aligned16(p.out) && is_aligned16(p.input) &&
+  const bool vec_ok = p.ndim == 0 && is_aligned16(p.out) && is_aligned16(p.input) &&
                       (!kHasBias || (p.last_dim % kVec == 0 && is_aligned16(p.bias)));
   if (vec_ok) {
-    const int64_t num_vec = p.numel / kVec;
+    const int64_t num_vec = std::max<int64_t>(p.numel / kVec, 1);
     return launch_kernel(relu_vec_kernel<T, kHasBias>, dim3(static_cast<uint32_t>(grid_for(num_vec))),
-                         dim3(kThreads), 0, stream, false, p.out, p.input, p.bias, num_vec,
+                         dim3(kThreads), 0, stream, false, p.out, p.input, p.bias, p.numel,
                          p.last_dim / kVec);
   }
   return launch_kernel(relu_scalar_kernel<T, kHasBias>, dim3(static_cast<uint32_t>(grid_for(p.numel))),
