@@ -33,7 +33,7 @@ int device_capability(int device) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
+    cudaGetLastError();  // clear the (non-sticky) error so later calls are unaffected
     throw std::runtime_error("cannot read the compute capability of CUDA device " + std::to_string(device));
   }
   const int cc = major * 10 + minor;
@@ -50,16 +50,18 @@ bool archs_cover(const std::string& archs, int cc) {
       ptx = true;
       a = a.substr(0, plus);
     }
-    bool arch_specific = false;
+    // 'a' targets (sm_90a, compute_90a) run only on that exact arch; 'f' targets on the same
+    // major with a minor >= theirs; plain SASS likewise; plain PTX on anything >= it.
+    char suffix = 0;
     if (!a.empty() && (a.back() == 'a' || a.back() == 'f')) {
-      arch_specific = a.back() == 'a';
-      // 'f' (family) targets run on the same major with minor >= theirs, like plain sm.
+      suffix = a.back();
       a.pop_back();
     }
     const int target = std::stoi(a);
-    if (ptx && cc >= target) return true;
-    if (arch_specific) {
+    if (suffix == 'a') {
       if (cc == target) return true;
+    } else if (ptx && suffix == 0) {
+      if (cc >= target) return true;
     } else if (dev_major == target / 10 && cc >= target) {
       return true;
     }

@@ -37,14 +37,15 @@ def archs_cover(archs: List[str], cc: int) -> bool:
     for a in archs:
         ptx = a.endswith("+ptx")
         a = a[: -len("+ptx")] if ptx else a
-        specific = a.endswith("a")
+        suffix = a[-1] if a[-1] in "af" else ""
         target = int(a.rstrip("af"))
-        if ptx and cc >= target:
-            return True
-        if specific:
+        if suffix == "a":  # sm_90a / compute_90a: that exact arch only
             if cc == target:
                 return True
-        elif cc // 10 == target // 10 and cc >= target:
+        elif ptx and not suffix:  # plain PTX: any later arch
+            if cc >= target:
+                return True
+        elif cc // 10 == target // 10 and cc >= target:  # SASS, and 'f' family targets
             return True
     return False
 

@@ -1,0 +1,544 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Package surface (API.md sections 1 and 3.5): import, build_info, op schemas, Python
+signatures, utils, fake implementations, host-side errors, the load-time torch check and
+``python -m sgl_kernel``. Runs without a GPU; the few GPU-only checks are marked ``gpu``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import sgl_kernel
+from sgl_kernel import _loader, info
+from tests.helpers import raises_op_error
+
+# ---------------------------------------------------------------------------------------
+# The contract tables. Add every new op and public function here, copied from API.md.
+
+# op name -> schema exactly as API.md writes it after "op: " (without the namespace)
+OP_SCHEMAS = {
+    # 2.1.2
+    "silu_and_mul": "silu_and_mul(Tensor! out, Tensor input) -> ()",
+    "gelu_and_mul": "gelu_and_mul(Tensor! out, Tensor input) -> ()",
+    "gelu_tanh_and_mul": "gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()",
+    # 3.1
+    "custom_relu": "custom_relu(Tensor input) -> Tensor",
+    "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
+}
+
+# Ops registered for the CPU dispatch key only (API.md: fast_compare_key). Every other op
+# has a CUDA kernel, and build_info() reports it unavailable without a GPU.
+CPU_OPS: set = set()
+
+# public name -> (module it lives in, parameter list exactly as API.md writes it after "py: ")
+PUBLIC_FUNCTIONS = {
+    "silu_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
+    "gelu_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
+    "gelu_tanh_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
+    "custom_relu": ("sgl_kernel.project", "input"),
+    "fused_add_relu": ("sgl_kernel.project", "input, bias"),
+    "build_info": ("sgl_kernel.info", ""),
+    "is_arch_support_pdl": ("sgl_kernel.utils", ""),
+    "is_hopper_or_later_arch": ("sgl_kernel.utils", ""),
+    "get_cuda_stream": ("sgl_kernel.utils", ""),
+    "_get_cache_buf": ("sgl_kernel.utils", "name, bytes, device"),
+    "_to_tensor_scalar_tuple": ("sgl_kernel.utils", "x"),
+}
+
+# API.md 3.5
+BUILD_INFO_TYPES = {
+    "version": str,
+    "compat_version": str,
+    "torch_version": str,
+    "torch_runtime_version": str,
+    "cuda_version": str,
+    "arch_list": list,
+    "families": dict,
+    "device": (dict, type(None)),
+    "ops": dict,
+}
+REQUIRED_FAMILIES = ("elementwise", "quantization", "gemm", "moe", "attention", "allreduce", "project")
+BUILT_FAMILIES = ("elementwise", "project")  # implemented so far: always compiled in
+
+ACT_OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
+
+
+def _registered_ops() -> set:
+    return {
+        name.split("::", 1)[1]
+        for name in torch._C._dispatch_get_all_op_names()
+        if name.startswith("sgl_kernel::")
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Import and build_info
+
+
+def test_version_is_str():
+    assert isinstance(sgl_kernel.__version__, str)
+    assert re.match(r"^\d+\.\d+", sgl_kernel.__version__), sgl_kernel.__version__
+
+
+def test_build_info_keys_and_types():
+    data = sgl_kernel.build_info()
+    for key, typ in BUILD_INFO_TYPES.items():
+        assert key in data, f"build_info() lacks {key!r}"
+        assert isinstance(data[key], typ), f"build_info()[{key!r}] is {type(data[key]).__name__}"
+    assert data["version"] == sgl_kernel.__version__
+    assert re.match(r"^\d+\.\d+\.\d+", data["compat_version"]), data["compat_version"]
+    assert data["torch_runtime_version"] == str(torch.__version__)
+    assert re.match(r"^\d+\.\d+", data["torch_version"]), data["torch_version"]
+    assert re.match(r"^\d+\.\d+", data["cuda_version"]), data["cuda_version"]
+
+
+def test_build_info_is_json_serialisable():
+    data = sgl_kernel.build_info()
+    # Round trip without loss: no tuples, sets, torch objects or non-str keys.
+    assert json.loads(json.dumps(data)) == data
+
+
+def test_build_info_arch_list():
+    arch_list = sgl_kernel.build_info()["arch_list"]
+    assert arch_list, "no compiled targets"
+    for a in arch_list:
+        assert isinstance(a, str) and re.fullmatch(r"(sm|compute)_\d{2,3}[af]?", a), a
+
+
+def test_build_info_families():
+    families = sgl_kernel.build_info()["families"]
+    for fam in REQUIRED_FAMILIES:
+        assert fam in families, f"families lacks {fam!r}"
+    for fam, built in families.items():
+        assert isinstance(fam, str) and isinstance(built, bool), (fam, built)
+    for fam in BUILT_FAMILIES:
+        assert families[fam] is True, f"family {fam} not compiled in"
+
+
+def test_build_info_ops_cover_every_registered_op():
+    ops = sgl_kernel.build_info()["ops"]
+    assert set(ops) == _registered_ops()
+    for name, available in ops.items():
+        assert isinstance(available, bool), (name, available)
+    for name in CPU_OPS:
+        assert ops[name] is True, name
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the GPU-less answer")
+def test_build_info_without_gpu():
+    data = sgl_kernel.build_info()
+    assert data["device"] is None
+    for name, available in data["ops"].items():
+        if name not in CPU_OPS:
+            assert available is False, f"{name} reported available without a GPU"
+
+
+@pytest.mark.gpu
+def test_build_info_with_gpu():
+    data = sgl_kernel.build_info()
+    dev = data["device"]
+    assert isinstance(dev, dict)
+    assert dev["name"] == torch.cuda.get_device_name()
+    assert dev["capability"] == list(torch.cuda.get_device_capability())
+    major, minor = dev["capability"]
+    cc = 10 * major + minor
+    cfg = _loader.build_config()
+    for mod in info.family_modules():
+        archs = cfg.family_archs.get(mod.FAMILY, [])
+        for name, min_arch in mod.OPS.items():
+            expected = min_arch == 0 or (bool(archs) and cc >= min_arch and info.archs_cover(archs, cc))
+            assert data["ops"][name] is expected, (name, cc, archs)
+
+
+# ---------------------------------------------------------------------------------------
+# Op registration: every op of API.md with exactly its schema
+
+
+def _arg_key(a) -> tuple:
+    alias = a.alias_info
+    return (
+        a.name,
+        str(a.type),
+        a.has_default_value(),
+        a.default_value,
+        a.kwarg_only,
+        alias is not None,
+        alias is not None and alias.is_write,
+    )
+
+
+def _ret_key(r) -> tuple:
+    alias = r.alias_info
+    return (str(r.type), alias is not None, alias is not None and alias.is_write)
+
+
+def test_no_unlisted_ops():
+    """Every op registered under sgl_kernel has its API.md schema in OP_SCHEMAS."""
+    assert _registered_ops() == set(OP_SCHEMAS)
+
+
+@pytest.mark.parametrize("op", sorted(OP_SCHEMAS))
+def test_op_schema(op):
+    expected = torch._C.parse_schema("sgl_kernel::" + OP_SCHEMAS[op])
+    packet = getattr(torch.ops.sgl_kernel, op)
+    assert packet.overloads() == ["default"]
+    actual = packet.default._schema
+    assert actual.name == expected.name == f"sgl_kernel::{op}"
+    assert actual.overload_name == expected.overload_name == ""
+    mismatch = f"registered {actual} != API.md {expected}"
+    assert [a.name for a in actual.arguments] == [a.name for a in expected.arguments], mismatch
+    for got, want in zip(actual.arguments, expected.arguments):
+        assert _arg_key(got) == _arg_key(want), f"argument {want.name}: {mismatch}"
+    assert [_ret_key(r) for r in actual.returns] == [_ret_key(r) for r in expected.returns], mismatch
+
+
+@pytest.mark.parametrize("op", sorted(set(OP_SCHEMAS) - CPU_OPS))
+def test_op_has_cuda_kernel(op):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"sgl_kernel::{op}", "CUDA")
+
+
+# ---------------------------------------------------------------------------------------
+# Python functions: names, modules, signatures
+
+
+def _params(sig: inspect.Signature) -> list:
+    return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_FUNCTIONS))
+def test_public_function_signature(name):
+    module_name, params = PUBLIC_FUNCTIONS[name]
+    module = importlib.import_module(module_name)
+    fn = getattr(sgl_kernel, name)
+    assert getattr(module, name) is fn, f"sgl_kernel.{name} is not {module_name}.{name}"
+    expected = inspect.signature(eval(f"lambda {params}: None"))  # noqa: S307 - literal table
+    assert _params(inspect.signature(fn)) == _params(expected), f"{name}{inspect.signature(fn)} != {name}({params})"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (m, _) in PUBLIC_FUNCTIONS.items() if m != "sgl_kernel.info"))
+def test_star_import_exports(name):
+    module_name, _ = PUBLIC_FUNCTIONS[name]
+    namespace: dict = {}
+    exec(f"from {module_name} import *", namespace)  # noqa: S102
+    assert namespace.get(name) is getattr(sgl_kernel, name)
+
+
+# ---------------------------------------------------------------------------------------
+# sgl_kernel.utils (API.md 1.1)
+
+
+def test_pdl_and_hopper_helpers():
+    expected = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+    assert sgl_kernel.is_arch_support_pdl() is expected
+    assert sgl_kernel.is_hopper_or_later_arch() is expected
+
+
+@pytest.mark.gpu
+def test_get_cuda_stream():
+    assert sgl_kernel.get_cuda_stream() == torch.cuda.current_stream().cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert sgl_kernel.get_cuda_stream() == side.cuda_stream
+    assert isinstance(sgl_kernel.get_cuda_stream(), int)
+
+
+def test_to_tensor_scalar_tuple():
+    t = torch.ones(3)
+    pair = sgl_kernel._to_tensor_scalar_tuple(t)
+    assert isinstance(pair, tuple) and len(pair) == 2
+    assert pair[0] is t and pair[1] == 0
+    assert sgl_kernel._to_tensor_scalar_tuple(1.5) == (None, 1.5)
+    assert sgl_kernel._to_tensor_scalar_tuple(3) == (None, 3)
+
+
+def test_get_cache_buf_cpu():
+    name = "test_get_cache_buf_cpu"
+    buf = sgl_kernel._get_cache_buf(name, 100, torch.device("cpu"))
+    assert buf.dtype == torch.uint8 and buf.device.type == "cpu" and buf.numel() >= 100
+    # Cached per (name, device): a smaller or equal request returns the same tensor.
+    assert sgl_kernel._get_cache_buf(name, 100, torch.device("cpu")) is buf
+    assert sgl_kernel._get_cache_buf(name, 10, "cpu") is buf
+    # Another name is another buffer.
+    other = sgl_kernel._get_cache_buf(name + "_other", 100, torch.device("cpu"))
+    assert other is not buf
+    # A larger request grows it, and the grown buffer is then the cached one.
+    big = sgl_kernel._get_cache_buf(name, 1000, torch.device("cpu"))
+    assert big.numel() >= 1000 and big.dtype == torch.uint8
+    assert sgl_kernel._get_cache_buf(name, 50, torch.device("cpu")) is big
+
+
+# ---------------------------------------------------------------------------------------
+# Fake implementations (DESIGN.md 7: FakeTensorMode makes fake cuda tensors without a GPU)
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fake_act_and_mul(op, dtype):
+    fn = getattr(sgl_kernel, op)
+    with FakeTensorMode():
+        x = torch.empty(3, 5, 64, dtype=dtype, device="cuda")
+        y = fn(x)
+        assert y.shape == (3, 5, 32) and y.dtype == dtype and y.device.type == "cuda"
+        out = torch.empty(3, 5, 32, dtype=dtype, device="cuda")
+        assert fn(x, out=out) is out
+        assert getattr(torch.ops.sgl_kernel, op).default(out, x) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "scalar"])
+def test_fake_relu(dtype, layout):
+    with FakeTensorMode():
+        if layout == "scalar":
+            x = torch.empty((), dtype=dtype, device="cuda")
+        elif layout == "transposed":
+            x = torch.empty(40, 6, 7, dtype=dtype, device="cuda").transpose(0, 2)
+        else:
+            x = torch.empty(7, 6, 40, dtype=dtype, device="cuda")
+        for y in (sgl_kernel.custom_relu(x), torch.ops.sgl_kernel.custom_relu.default(x)):
+            assert y.shape == x.shape and y.dtype == dtype and y.device.type == "cuda"
+            assert y.is_contiguous()
+        if x.dim() > 0:
+            bias = torch.empty(x.shape[-1], dtype=dtype, device="cuda")
+            for y in (sgl_kernel.fused_add_relu(x, bias), torch.ops.sgl_kernel.fused_add_relu.default(x, bias)):
+                assert y.shape == x.shape and y.dtype == dtype and y.device.type == "cuda"
+                assert y.is_contiguous()
+
+
+# ---------------------------------------------------------------------------------------
+# Bad inputs that need no GPU
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+def test_act_cpu_tensor_rejected(op):
+    x = torch.randn(4, 32)
+    out = torch.empty(4, 16)
+    with raises_op_error(op, "input", "CUDA tensor"):
+        getattr(sgl_kernel, op)(x)
+    with raises_op_error(op, "input", "CUDA tensor"):
+        getattr(sgl_kernel, op)(x, out=out)
+    with raises_op_error(op, "input", "CUDA tensor"):
+        getattr(torch.ops.sgl_kernel, op).default(out, x)
+
+
+def test_relu_cpu_tensor_rejected():
+    x = torch.randn(4, 32)
+    with raises_op_error("custom_relu", "input", "CUDA tensor"):
+        sgl_kernel.custom_relu(x)
+    with raises_op_error("fused_add_relu", "input", "CUDA tensor"):
+        sgl_kernel.fused_add_relu(x, torch.randn(32))
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+@pytest.mark.parametrize(
+    "dtype, last_dim, ok",
+    [
+        (torch.float32, 4, True),  # 16 bytes
+        (torch.float32, 6, False),  # 24 bytes
+        (torch.float32, 2, False),  # 8 bytes
+        (torch.float16, 8, True),  # 16 bytes
+        (torch.float16, 4, False),  # 8 bytes
+        (torch.bfloat16, 12, False),  # 24 bytes
+        (torch.bfloat16, 24, True),  # 48 bytes
+        (torch.float16, 14, False),  # odd d, 28 bytes
+    ],
+)
+def test_act_wrapper_row_alignment(op, dtype, last_dim, ok):
+    """ValueError when input.shape[-1] * element_size is not a multiple of 16 bytes,
+    checked before anything about out (API.md 2.1.2)."""
+    fn = getattr(sgl_kernel, op)
+    x = torch.ones(3, last_dim, dtype=dtype)
+    bad_out = torch.empty(2, 1, dtype=dtype)  # wrong in every way
+    if ok:
+        # Passes the wrapper's row check: fails later, in the out check.
+        with pytest.raises(AssertionError):
+            fn(x, out=bad_out)
+    else:
+        with pytest.raises(ValueError, match=op):
+            fn(x)
+        with pytest.raises(ValueError, match=op):
+            fn(x, out=bad_out)
+
+
+@pytest.mark.parametrize("op", ACT_OPS)
+@pytest.mark.parametrize(
+    "out_shape",
+    [
+        (4, 3, 16),  # rank
+        (5, 16),  # leading dims
+        (4, 15),  # last dim
+        (4, 32),  # last dim not halved
+    ],
+)
+def test_act_wrapper_out_shape(op, out_shape):
+    x = torch.ones(4, 32)
+    out = torch.empty(out_shape)
+    with pytest.raises(AssertionError, match=op):
+        getattr(sgl_kernel, op)(x, out=out)
+
+
+def test_act_wrapper_assertion_survives_python_O(tmp_path):
+    """API.md 1.4: AssertionError is raised explicitly, so ``python -O`` keeps it."""
+    code = (
+        "import torch, sgl_kernel\n"
+        "try:\n"
+        "    sgl_kernel.silu_and_mul(torch.ones(2, 8), out=torch.empty(2, 3))\n"
+        "except AssertionError:\n"
+        "    raise SystemExit(0)\n"
+        "raise SystemExit(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-O", "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# The load-time torch check (sgl_kernel._loader)
+
+
+def test_loader_accepts_this_torch(monkeypatch):
+    monkeypatch.delenv(_loader._ALLOW_MISMATCH_ENV, raising=False)
+    assert _loader.load() is sgl_kernel.common_ops
+
+
+def test_loader_ignores_local_version_suffix(monkeypatch):
+    cfg = _loader.build_config()
+    public = cfg.torch_version.split("+", 1)[0]
+    monkeypatch.delenv(_loader._ALLOW_MISMATCH_ENV, raising=False)
+    for runtime in (public, public + "+somethingelse"):
+        monkeypatch.setattr(torch, "__version__", runtime)
+        assert _loader.load() is sgl_kernel.common_ops
+
+
+def test_loader_refuses_other_torch(monkeypatch):
+    cfg = _loader.build_config()
+    other = "2.99.0+cu999"
+    assert not cfg.torch_version.startswith("2.99.0")
+    monkeypatch.delenv("SGL_KERNEL_ALLOW_TORCH_MISMATCH", raising=False)
+    monkeypatch.setattr(torch, "__version__", other)
+    with pytest.raises(ImportError) as excinfo:
+        _loader.load()
+    msg = str(excinfo.value)
+    assert cfg.torch_version in msg, msg
+    assert other in msg, msg
+    assert "SGL_KERNEL_ALLOW_TORCH_MISMATCH" in msg, msg
+
+    monkeypatch.setenv("SGL_KERNEL_ALLOW_TORCH_MISMATCH", "1")
+    assert _loader.load() is sgl_kernel.common_ops
+
+
+def test_loader_explains_missing_build(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sgl_kernel._build_config", None)
+    with pytest.raises(ImportError, match="has not been built"):
+        _loader.load()
+
+
+def test_loader_explains_broken_extension(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sgl_kernel.common_ops", None)
+    with pytest.raises(ImportError, match="common_ops failed to load"):
+        _loader.load()
+
+
+# ---------------------------------------------------------------------------------------
+# sgl_kernel.info.archs_cover (Python twin of the C++ check)
+
+_PORTABLE = ["80", "89", "90a", "100a", "120a"]
+
+
+@pytest.mark.parametrize(
+    "archs, cc, expected",
+    [
+        # sm_XY SASS runs on X.Z, Z >= Y
+        (["80"], 80, True),
+        (["80"], 86, True),
+        (["80"], 87, True),
+        (["80"], 89, True),
+        (["80"], 75, False),
+        (["80"], 90, False),
+        (["80"], 100, False),
+        (["86"], 80, False),
+        (["86"], 89, True),
+        (["90"], 90, True),
+        (["120"], 121, True),
+        # sm_XYa only on X.Y
+        (["90a"], 90, True),
+        (["90a"], 89, False),
+        (["90a"], 100, False),
+        (["100a"], 100, True),
+        (["100a"], 103, False),
+        (["120a"], 120, True),
+        (["120a"], 121, False),
+        # sm_XYf: same major, minor >= Y
+        (["100f"], 100, True),
+        (["100f"], 103, True),
+        (["100f"], 90, False),
+        (["100f"], 120, False),
+        # PTX: JIT-compiled on anything >= X.Y
+        (["90+ptx"], 90, True),
+        (["90+ptx"], 100, True),
+        (["90+ptx"], 120, True),
+        (["90+ptx"], 89, False),
+        (["80+ptx"], 121, True),
+        # lists: any entry
+        (_PORTABLE, 80, True),
+        (_PORTABLE, 86, True),
+        (_PORTABLE, 89, True),
+        (_PORTABLE, 90, True),
+        (_PORTABLE, 100, True),
+        (_PORTABLE, 103, False),
+        (_PORTABLE, 120, True),
+        (_PORTABLE, 121, False),
+        (_PORTABLE, 75, False),
+        (["80", "90a", "120+ptx"], 100, False),
+        (["80", "90a", "120+ptx"], 121, True),
+        ([], 90, False),
+    ],
+)
+def test_archs_cover(archs, cc, expected):
+    assert info.archs_cover(archs, cc) is expected
+
+
+@pytest.mark.parametrize("archs, cc", [(["90a+ptx"], 100), (["100a+ptx"], 120), (["100f+ptx"], 120)])
+def test_archs_cover_arch_specific_ptx(archs, cc):
+    assert info.archs_cover(archs, cc) is False
+
+
+# ---------------------------------------------------------------------------------------
+# python -m sgl_kernel
+
+
+def _run_module(tmp_path, *args):
+    # Run from an empty directory so the installed package is imported.
+    return subprocess.run(
+        [sys.executable, "-m", "sgl_kernel", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_text(tmp_path):
+    proc = _run_module(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sgl_kernel.__version__ in proc.stdout
+    for op in OP_SCHEMAS:
+        assert op in proc.stdout, f"{op} missing from the report"
+    assert "FAIL " not in proc.stdout, proc.stdout
+
+
+def test_cli_json(tmp_path):
+    proc = _run_module(tmp_path, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    expected = sgl_kernel.build_info()
+    assert set(data) == set(expected)
+    for key in ("version", "compat_version", "torch_version", "cuda_version", "arch_list", "families", "device", "ops"):
+        assert data[key] == expected[key], key
