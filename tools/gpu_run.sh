@@ -41,7 +41,8 @@ section() { echo; echo "=== $* ($(date +%T))"; }
       echo "BUILD FAILED after $(( $(date +%s) - t0 )) s"; tail -n 80 build/gpu-build.txt
     fi
     grep -E "^ *-- +[a-z].*: |\[[0-9]+/[0-9]+\]" build/gpu-build.txt
-    ls -la "$(python3 -c 'import os, sgl_kernel; print(os.path.dirname(sgl_kernel.__file__))')"
+    so=$(python3 -c 'import glob, os, sgl_kernel; print(glob.glob(os.path.join(os.path.dirname(sgl_kernel.__file__), "common_ops*.so"))[0])')
+    ls -la "$so"; ldd "$so" | grep -E "stdc|cudart|torch" || true
   fi
 
   section "python -m sgl_kernel"

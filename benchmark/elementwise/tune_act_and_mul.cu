@@ -38,6 +38,44 @@ __global__ void fill_kernel(T* p, size_t n, uint32_t seed) {
   }
 }
 
+// Experimental shapes of the same computation (not in the library unless they win).
+// Persistent grid-stride loop: a fixed grid of SMs * blocks-per-SM, each thread walks the
+// vectors with a stride of the whole grid.
+template <int kThreads, LoadPolicy kLoad>
+__global__ void __launch_bounds__(kThreads)
+    persistent_kernel(T* __restrict__ out, const T* __restrict__ input, FastDivmod d_vec, uint32_t total_vec) {
+  constexpr int kVec = kVec16<T>;
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < total_vec; i += gridDim.x * kThreads) {
+    uint32_t row, col;
+    d_vec.divmod(i, row, col);
+    const T* x = input + (static_cast<int64_t>(row) * d_vec.divisor * 2 + col) * kVec;
+    const Vec16<T> a = load16<T, kLoad>(x);
+    const Vec16<T> b = load16<T, kLoad>(x + static_cast<int64_t>(d_vec.divisor) * kVec);
+    Vec16<T> o;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) o[k] = from_float<T>(activate<Activation::kSilu>(to_float(a[k])) * to_float(b[k]));
+    store16(out + static_cast<int64_t>(i) * kVec, o);
+  }
+}
+
+// 32-bit offsets (valid while rows * 2d < 2^31 elements), one vector per thread.
+template <int kThreads, LoadPolicy kLoad>
+__global__ void __launch_bounds__(kThreads)
+    idx32_kernel(T* __restrict__ out, const T* __restrict__ input, FastDivmod d_vec, uint32_t total_vec) {
+  constexpr int kVec = kVec16<T>;
+  const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  if (i >= total_vec) return;
+  uint32_t row, col;
+  d_vec.divmod(i, row, col);
+  const uint32_t off = (row * d_vec.divisor * 2 + col) * kVec;
+  const Vec16<T> a = load16<T, kLoad>(input + off);
+  const Vec16<T> b = load16<T, kLoad>(input + off + d_vec.divisor * kVec);
+  Vec16<T> o;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) o[k] = from_float<T>(activate<Activation::kSilu>(to_float(a[k])) * to_float(b[k]));
+  store16(out + i * kVec, o);
+}
+
 using KernelFn = void (*)(T*, const T*, FastDivmod, uint32_t);
 
 struct Variant {
@@ -45,6 +83,7 @@ struct Variant {
   KernelFn fn;
   int threads;
   int unroll;
+  int persistent_blocks_per_sm = 0;  // > 0: fixed grid of SMs * this
 };
 
 #define VARIANT(TH, UN, LD, ST, NAME) \
@@ -55,28 +94,41 @@ static float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+static int g_num_sms = 132;
+
 static void launch(const Variant& v, T* out, const T* in, int64_t rows, int64_t d, cudaStream_t s) {
   const int64_t total_vec = rows * d / 8;
-  const dim3 grid(uint32_t((total_vec + v.threads * v.unroll - 1) / (v.threads * v.unroll)));
+  dim3 grid(uint32_t((total_vec + v.threads * v.unroll - 1) / (v.threads * v.unroll)));
+  if (v.persistent_blocks_per_sm > 0) {
+    grid.x = std::min<uint32_t>(grid.x, uint32_t(g_num_sms * v.persistent_blocks_per_sm));
+  }
   CK(launch_kernel(v.fn, grid, dim3(v.threads), 0, s, false, out, in, FastDivmod(uint32_t(d / 8)),
                    uint32_t(total_vec)));
 }
 
 int main() {
+  using LP = LoadPolicy;
+  using SP = StorePolicy;
   const std::vector<Variant> variants = {
-      VARIANT(256, 1, LoadPolicy::kStream, StorePolicy::kDefault, "t256 u1 ld.nc.noalloc st"),
-      VARIANT(256, 2, LoadPolicy::kStream, StorePolicy::kDefault, "t256 u2 ld.nc.noalloc st"),
-      VARIANT(256, 4, LoadPolicy::kStream, StorePolicy::kDefault, "t256 u4 ld.nc.noalloc st"),
-      VARIANT(128, 2, LoadPolicy::kStream, StorePolicy::kDefault, "t128 u2 ld.nc.noalloc st"),
-      VARIANT(512, 2, LoadPolicy::kStream, StorePolicy::kDefault, "t512 u2 ld.nc.noalloc st"),
-      VARIANT(1024, 1, LoadPolicy::kStream, StorePolicy::kDefault, "t1024 u1 ld.nc.noalloc st"),
-      VARIANT(256, 2, LoadPolicy::kDefault, StorePolicy::kDefault, "t256 u2 ld st"),
-      VARIANT(256, 2, LoadPolicy::kEvictFirst, StorePolicy::kDefault, "t256 u2 ld.cs st"),
-      VARIANT(256, 2, LoadPolicy::kStream, StorePolicy::kStream, "t256 u2 ld.nc.noalloc st.cs"),
-      VARIANT(256, 4, LoadPolicy::kEvictFirst, StorePolicy::kStream, "t256 u4 ld.cs st.cs"),
+      VARIANT(256, 1, LP::kStream, SP::kDefault, "t256 u1 ld.nc.noalloc (v1)"),
+      VARIANT(256, 2, LP::kStream, SP::kDefault, "t256 u2 ld.nc.noalloc (v1)"),
+      VARIANT(256, 2, LP::kDefault, SP::kDefault, "t256 u2 ld"),
+      VARIANT(256, 1, LP::kDefault, SP::kDefault, "t256 u1 ld"),
+      VARIANT(128, 1, LP::kDefault, SP::kDefault, "t128 u1 ld"),
+      VARIANT(128, 2, LP::kDefault, SP::kDefault, "t128 u2 ld"),
+      VARIANT(64, 2, LP::kDefault, SP::kDefault, "t64 u2 ld"),
+      VARIANT(512, 1, LP::kDefault, SP::kDefault, "t512 u1 ld"),
+      VARIANT(128, 4, LP::kDefault, SP::kDefault, "t128 u4 ld"),
+      Variant{"idx32 t128 ld", idx32_kernel<128, LP::kDefault>, 128, 1},
+      Variant{"idx32 t256 ld", idx32_kernel<256, LP::kDefault>, 256, 1},
+      Variant{"idx32 t128 ld.nc", idx32_kernel<128, LP::kStream>, 128, 1},
+      Variant{"persist t256x8 ld", persistent_kernel<256, LP::kDefault>, 256, 1, 8},
+      Variant{"persist t512x4 ld", persistent_kernel<512, LP::kDefault>, 512, 1, 4},
+      Variant{"persist t128x16 ld", persistent_kernel<128, LP::kDefault>, 128, 1, 16},
   };
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
+  CK(cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, 0));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -106,7 +158,7 @@ int main() {
   struct Shape {
     int64_t rows, d;
   };
-  const std::vector<Shape> shapes = {{32768, 14336}, {16384, 14336}, {4096, 14336}, {1024, 14336}, {4096, 4096}};
+  const std::vector<Shape> shapes = {{32768, 14336}, {16384, 14336}, {4096, 14336}, {1024, 14336}, {32768, 4096}, {4096, 4096}};
   // Rotate among enough buffer sets to exceed the L2 (60 MB) by far.
   const size_t budget = size_t(6) << 30;
   T* pool;

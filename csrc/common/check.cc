@@ -2,6 +2,7 @@
 // Definitions of the bindings' check vocabulary (include/sgl_kernel/check.h).
 #include "sgl_kernel/check.h"
 
+#include <cstdlib>
 #include <sstream>
 
 #include "sgl_kernel/runtime.h"
@@ -130,7 +131,13 @@ void require_kernel(const char* op, const char* family, const char* archs, const
 }
 
 bool pdl_supported(const at::Tensor& t) {
-  return device_capability(t.get_device()) >= 90;
+  // SGL_KERNEL_DISABLE_PDL=1 turns programmatic dependent launch off everywhere (debugging,
+  // A/B timing); read once.
+  static const bool disabled = [] {
+    const char* v = std::getenv("SGL_KERNEL_DISABLE_PDL");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return !disabled && device_capability(t.get_device()) >= 90;
 }
 
 void check_launch(const char* op, cudaError_t err) {
