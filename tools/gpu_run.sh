@@ -29,6 +29,7 @@ section() { echo; echo "=== $* ($(date +%T))"; }
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
   nvcc --version | tail -2
   cmake --version | head -1
+  env | grep -E "^(CC|CXX|CUDAHOSTCXX|LIBRARY_PATH|LD_LIBRARY_PATH|LDFLAGS|CXXFLAGS|CUDA_HOME)=" || true
 
   if [ "$build" = 1 ]; then
     section "build from the offline bundle"

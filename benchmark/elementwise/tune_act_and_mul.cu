@@ -110,21 +110,18 @@ int main() {
   using LP = LoadPolicy;
   using SP = StorePolicy;
   const std::vector<Variant> variants = {
-      VARIANT(256, 1, LP::kStream, SP::kDefault, "t256 u1 ld.nc.noalloc (v1)"),
-      VARIANT(256, 2, LP::kStream, SP::kDefault, "t256 u2 ld.nc.noalloc (v1)"),
+      VARIANT(256, 1, LP::kStream, SP::kDefault, "t256 u1 ld.nc.noalloc"),
       VARIANT(256, 2, LP::kDefault, SP::kDefault, "t256 u2 ld"),
       VARIANT(256, 1, LP::kDefault, SP::kDefault, "t256 u1 ld"),
       VARIANT(128, 1, LP::kDefault, SP::kDefault, "t128 u1 ld"),
-      VARIANT(128, 2, LP::kDefault, SP::kDefault, "t128 u2 ld"),
-      VARIANT(64, 2, LP::kDefault, SP::kDefault, "t64 u2 ld"),
-      VARIANT(512, 1, LP::kDefault, SP::kDefault, "t512 u1 ld"),
-      VARIANT(128, 4, LP::kDefault, SP::kDefault, "t128 u4 ld"),
-      Variant{"idx32 t128 ld", idx32_kernel<128, LP::kDefault>, 128, 1},
-      Variant{"idx32 t256 ld", idx32_kernel<256, LP::kDefault>, 256, 1},
-      Variant{"idx32 t128 ld.nc", idx32_kernel<128, LP::kStream>, 128, 1},
-      Variant{"persist t256x8 ld", persistent_kernel<256, LP::kDefault>, 256, 1, 8},
-      Variant{"persist t512x4 ld", persistent_kernel<512, LP::kDefault>, 512, 1, 4},
-      Variant{"persist t128x16 ld", persistent_kernel<128, LP::kDefault>, 128, 1, 16},
+      VARIANT(256, 1, LP::kPrefetch, SP::kDefault, "t256 u1 ld.L2::256B"),
+      VARIANT(128, 1, LP::kPrefetch, SP::kDefault, "t128 u1 ld.L2::256B"),
+      VARIANT(256, 2, LP::kPrefetch, SP::kDefault, "t256 u2 ld.L2::256B"),
+      VARIANT(256, 1, LP::kStreamPrefetch, SP::kDefault, "t256 u1 ld.nc.noalloc.L2::256B"),
+      VARIANT(128, 1, LP::kStreamPrefetch, SP::kDefault, "t128 u1 ld.nc.noalloc.L2::256B"),
+      VARIANT(256, 2, LP::kStreamPrefetch, SP::kDefault, "t256 u2 ld.nc.noalloc.L2::256B"),
+      VARIANT(256, 1, LP::kStreamPrefetch, SP::kStream, "t256 u1 ld.nc.L2::256B st.cs"),
+      Variant{"idx32 t128 ld.L2::256B", idx32_kernel<128, LP::kPrefetch>, 128, 1},
   };
   cudaStream_t s;
   CK(cudaStreamCreate(&s));

@@ -34,6 +34,8 @@ enum class LoadPolicy {
   kDefault,     // ld.global: cached in L1 and L2 (data the block re-reads)
   kStream,      // ld.global.nc.L1::no_allocate: read once, read-only for the whole kernel
   kEvictFirst,  // ld.global.cs: read once, evict first from L1 and L2
+  kPrefetch,    // ld.global.L2::256B: ask L2 to fetch the whole 256-byte block
+  kStreamPrefetch,  // ld.global.nc.L1::no_allocate.L2::256B
 };
 enum class StorePolicy {
   kDefault,     // st.global (write-back; the next kernel usually reads it from L2)
@@ -51,8 +53,16 @@ __device__ __forceinline__ Vec16<T> load16(const T* p) {
       asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                    : "l"(p));
-    } else {
+    } else if constexpr (kPolicy == LoadPolicy::kEvictFirst) {
       asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    } else if constexpr (kPolicy == LoadPolicy::kPrefetch) {
+      asm volatile("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    } else {
+      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                    : "l"(p));
     }
