@@ -38,44 +38,6 @@ __global__ void fill_kernel(T* p, size_t n, uint32_t seed) {
   }
 }
 
-// Experimental shapes of the same computation (not in the library unless they win).
-// Persistent grid-stride loop: a fixed grid of SMs * blocks-per-SM, each thread walks the
-// vectors with a stride of the whole grid.
-template <int kThreads, LoadPolicy kLoad>
-__global__ void __launch_bounds__(kThreads)
-    persistent_kernel(T* __restrict__ out, const T* __restrict__ input, FastDivmod d_vec, uint32_t total_vec) {
-  constexpr int kVec = kVec16<T>;
-  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < total_vec; i += gridDim.x * kThreads) {
-    uint32_t row, col;
-    d_vec.divmod(i, row, col);
-    const T* x = input + (static_cast<int64_t>(row) * d_vec.divisor * 2 + col) * kVec;
-    const Vec16<T> a = load16<T, kLoad>(x);
-    const Vec16<T> b = load16<T, kLoad>(x + static_cast<int64_t>(d_vec.divisor) * kVec);
-    Vec16<T> o;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) o[k] = from_float<T>(activate<Activation::kSilu>(to_float(a[k])) * to_float(b[k]));
-    store16(out + static_cast<int64_t>(i) * kVec, o);
-  }
-}
-
-// 32-bit offsets (valid while rows * 2d < 2^31 elements), one vector per thread.
-template <int kThreads, LoadPolicy kLoad>
-__global__ void __launch_bounds__(kThreads)
-    idx32_kernel(T* __restrict__ out, const T* __restrict__ input, FastDivmod d_vec, uint32_t total_vec) {
-  constexpr int kVec = kVec16<T>;
-  const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
-  if (i >= total_vec) return;
-  uint32_t row, col;
-  d_vec.divmod(i, row, col);
-  const uint32_t off = (row * d_vec.divisor * 2 + col) * kVec;
-  const Vec16<T> a = load16<T, kLoad>(input + off);
-  const Vec16<T> b = load16<T, kLoad>(input + off + d_vec.divisor * kVec);
-  Vec16<T> o;
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) o[k] = from_float<T>(activate<Activation::kSilu>(to_float(a[k])) * to_float(b[k]));
-  store16(out + i * kVec, o);
-}
-
 using KernelFn = void (*)(T*, const T*, FastDivmod, uint32_t);
 
 struct Variant {
@@ -84,10 +46,11 @@ struct Variant {
   int threads;
   int unroll;
   int persistent_blocks_per_sm = 0;  // > 0: fixed grid of SMs * this
+  int vec_elems = 8;
 };
 
-#define VARIANT(TH, UN, LD, ST, NAME) \
-  Variant { NAME, act_and_mul_vec_kernel<T, Activation::kSilu, TH, UN, LD, ST>, TH, UN }
+#define VARIANT(TH, VE, UN, I32, LD, NAME) \
+  Variant { NAME, act_and_mul_vec_kernel<T, Activation::kSilu, TH, VE, UN, I32, LD>, TH, UN, 0, VE }
 
 static float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -97,12 +60,12 @@ static float median(std::vector<float> v) {
 static int g_num_sms = 132;
 
 static void launch(const Variant& v, T* out, const T* in, int64_t rows, int64_t d, cudaStream_t s) {
-  const int64_t total_vec = rows * d / 8;
+  const int64_t total_vec = rows * d / v.vec_elems;
   dim3 grid(uint32_t((total_vec + v.threads * v.unroll - 1) / (v.threads * v.unroll)));
   if (v.persistent_blocks_per_sm > 0) {
     grid.x = std::min<uint32_t>(grid.x, uint32_t(g_num_sms * v.persistent_blocks_per_sm));
   }
-  CK(launch_kernel(v.fn, grid, dim3(v.threads), 0, s, false, out, in, FastDivmod(uint32_t(d / 8)),
+  CK(launch_kernel(v.fn, grid, dim3(v.threads), 0, s, false, out, in, FastDivmod(uint32_t(d / v.vec_elems)),
                    uint32_t(total_vec)));
 }
 
@@ -110,18 +73,18 @@ int main() {
   using LP = LoadPolicy;
   using SP = StorePolicy;
   const std::vector<Variant> variants = {
-      VARIANT(256, 1, LP::kStream, SP::kDefault, "t256 u1 ld.nc.noalloc"),
-      VARIANT(256, 2, LP::kDefault, SP::kDefault, "t256 u2 ld"),
-      VARIANT(256, 1, LP::kDefault, SP::kDefault, "t256 u1 ld"),
-      VARIANT(128, 1, LP::kDefault, SP::kDefault, "t128 u1 ld"),
-      VARIANT(256, 1, LP::kPrefetch, SP::kDefault, "t256 u1 ld.L2::256B"),
-      VARIANT(128, 1, LP::kPrefetch, SP::kDefault, "t128 u1 ld.L2::256B"),
-      VARIANT(256, 2, LP::kPrefetch, SP::kDefault, "t256 u2 ld.L2::256B"),
-      VARIANT(256, 1, LP::kStreamPrefetch, SP::kDefault, "t256 u1 ld.nc.noalloc.L2::256B"),
-      VARIANT(128, 1, LP::kStreamPrefetch, SP::kDefault, "t128 u1 ld.nc.noalloc.L2::256B"),
-      VARIANT(256, 2, LP::kStreamPrefetch, SP::kDefault, "t256 u2 ld.nc.noalloc.L2::256B"),
-      VARIANT(256, 1, LP::kStreamPrefetch, SP::kStream, "t256 u1 ld.nc.L2::256B st.cs"),
-      Variant{"idx32 t128 ld.L2::256B", idx32_kernel<128, LP::kPrefetch>, 128, 1},
+      VARIANT(256, 8, 1, false, LP::kStream, "v1: t256 16B u1 nc i64"),
+      VARIANT(256, 8, 2, false, LP::kDefault, "t256 16B u2 i64"),
+      VARIANT(256, 8, 2, true, LP::kDefault, "t256 16B u2 i32"),
+      VARIANT(128, 8, 2, true, LP::kDefault, "t128 16B u2 i32"),
+      VARIANT(256, 8, 3, true, LP::kDefault, "t256 16B u3 i32"),
+      VARIANT(256, 8, 1, true, LP::kDefault, "t256 16B u1 i32"),
+      VARIANT(128, 8, 1, true, LP::kDefault, "t128 16B u1 i32"),
+      VARIANT(64, 8, 1, true, LP::kDefault, "t64 16B u1 i32"),
+      VARIANT(128, 4, 1, true, LP::kDefault, "t128 8B u1 i32"),
+      VARIANT(256, 4, 2, true, LP::kDefault, "t256 8B u2 i32"),
+      VARIANT(128, 2, 1, true, LP::kDefault, "t128 4B u1 i32"),
+      VARIANT(256, 2, 1, true, LP::kDefault, "t256 4B u1 i32"),
   };
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -155,7 +118,7 @@ int main() {
   struct Shape {
     int64_t rows, d;
   };
-  const std::vector<Shape> shapes = {{32768, 14336}, {16384, 14336}, {4096, 14336}, {1024, 14336}, {32768, 4096}, {4096, 4096}};
+  const std::vector<Shape> shapes = {{32768, 14336}, {16384, 14336}, {4096, 14336}, {1024, 14336}, {32768, 4096}, {1024, 4096}};
   // Rotate among enough buffer sets to exceed the L2 (60 MB) by far.
   const size_t budget = size_t(6) << 30;
   T* pool;
@@ -207,14 +170,16 @@ int main() {
   }
 
   // Decode shapes: per-launch time inside a CUDA graph of 100 launches.
-  std::printf("\n%-30s %8s %8s %8s   (us per launch in a graph, d=14336)\n", "variant", "T=1", "T=16", "T=128");
+  std::printf("\n%-30s %8s %8s %8s %8s %8s %8s  (us per launch in a graph; d=14336 then d=4096)\n", "variant",
+              "T=1", "T=16", "T=128", "T=1", "T=16", "T=128");
   for (const Variant& v : variants) {
     std::printf("%-30s", v.name);
+    for (int64_t dd : {14336, 4096})
     for (int64_t rows : {1, 16, 128}) {
       cudaGraph_t g;
       cudaGraphExec_t ge;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      for (int i = 0; i < 100; ++i) launch(v, pool + size_t(rows) * 2 * 14336 * (i % 4 + 1), pool, rows, 14336, s);
+      for (int i = 0; i < 100; ++i) launch(v, pool + size_t(rows) * 2 * dd * (i % 4 + 1), pool, rows, dd, s);
       CK(cudaStreamEndCapture(s, &g));
       CK(cudaGraphInstantiate(&ge, g, 0));
       std::vector<float> ts;

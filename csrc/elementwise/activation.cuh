@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "elementwise/elementwise.h"
 #include "sgl_kernel/arch.cuh"
@@ -32,41 +33,52 @@ __device__ __forceinline__ float activate(float x) {
   }
 }
 
-// Vector path: d % kVec == 0, 16-byte aligned tensors, rows * d / kVec < 2^32. Thread t of
-// block b handles vectors b * kThreads * kUnroll + u * kThreads + t (u < kUnroll); all loads
-// are issued before the first use, so each thread keeps 2 * kUnroll loads in flight.
-template <typename T, Activation kAct, int kThreads, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream,
-          StorePolicy kStore = StorePolicy::kDefault>
+// Vector path: d % kVecElems == 0, aligned tensors, rows * d / kVecElems < 2^32 vectors.
+// Thread t of block b handles vectors b * kThreads * kUnroll + u * kThreads + t
+// (u < kUnroll); all loads are issued before the first use, so each thread keeps
+// 2 * kUnroll loads in flight. kIdx32: element offsets fit in 32 bits (rows * 2d < 2^32),
+// which saves the 64-bit address arithmetic. Narrow vectors (kVecElems * sizeof(T) < 16)
+// spread small inputs over more threads and blocks (decode shapes).
+template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, bool kIdx32,
+          LoadPolicy kLoad = LoadPolicy::kDefault>
 __global__ void __launch_bounds__(kThreads)
     act_and_mul_vec_kernel(T* __restrict__ out,          // [rows, d]
                            const T* __restrict__ input,  // [rows, 2 * d]
-                           FastDivmod d_vec,             // vectors per row (d / kVec)
+                           FastDivmod d_vec,             // vectors per row (d / kVecElems)
                            uint32_t total_vec) {         // rows * d_vec
-  constexpr int kVec = kVec16<T>;
+  using V = Vec<T, kVecElems>;
+  using Offset = std::conditional_t<kIdx32, uint32_t, int64_t>;
+  constexpr bool kWide = sizeof(V) == 16;
   SGL_PDL_WAIT();
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
-  Vec16<T> a[kUnroll], b[kUnroll];
+  V a[kUnroll], b[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const uint32_t i = base + u * kThreads;
     if (i < total_vec) {
       uint32_t row, col;
       d_vec.divmod(i, row, col);
-      const T* x = input + (static_cast<int64_t>(row) * d_vec.divisor * 2 + col) * kVec;
-      a[u] = load16<T, kLoad>(x);
-      b[u] = load16<T, kLoad>(x + static_cast<int64_t>(d_vec.divisor) * kVec);
+      const Offset half = static_cast<Offset>(d_vec.divisor) * kVecElems;
+      const T* x = input + (static_cast<Offset>(row) * 2 * half + static_cast<Offset>(col) * kVecElems);
+      if constexpr (kWide) {
+        a[u] = load16<T, kLoad>(x);
+        b[u] = load16<T, kLoad>(x + half);
+      } else {
+        a[u] = *reinterpret_cast<const V*>(x);
+        b[u] = *reinterpret_cast<const V*>(x + half);
+      }
     }
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const uint32_t i = base + u * kThreads;
     if (i < total_vec) {
-      Vec16<T> o;
+      V o;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
+      for (int k = 0; k < kVecElems; ++k) {
         o[k] = from_float<T>(activate<kAct>(to_float(a[u][k])) * to_float(b[u][k]));
       }
-      store16<T, kStore>(out + static_cast<int64_t>(i) * kVec, o);
+      *reinterpret_cast<V*>(out + static_cast<Offset>(i) * kVecElems) = o;
     }
   }
   SGL_PDL_LAUNCH_DEPENDENTS();
