@@ -10,12 +10,13 @@ namespace sgl_kernel::elementwise {
 
 namespace {
 
+constexpr int kThreads = 256;
+
 // Launch the vector kernel with kBytes per load if d and the pointers allow it; returns false
 // (nothing launched) otherwise.
-template <typename T, Activation kAct, int kThreads, int kBytes, int kUnroll>
+template <typename T, Activation kAct, int kBytes, int kUnroll, LoadPolicy kLoad>
 bool try_launch_vec(const ActAndMulParams<T>& p, cudaStream_t stream, cudaError_t& err) {
   constexpr int kElems = kBytes / static_cast<int>(sizeof(T));
-  static_assert(kElems >= 1, "vector narrower than one element");
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kBytes == 0; };
   const int64_t total_vec = p.rows * p.d / kElems;
   if (p.d % kElems != 0 || !aligned(p.out) || !aligned(p.input) ||
@@ -24,13 +25,8 @@ bool try_launch_vec(const ActAndMulParams<T>& p, cudaStream_t stream, cudaError_
   }
   const FastDivmod d_vec(static_cast<uint32_t>(p.d / kElems));
   const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(total_vec, kThreads * kUnroll)));
-  if (p.rows * 2 * p.d < (int64_t{1} << 32)) {
-    err = launch_kernel(act_and_mul_vec_kernel<T, kAct, kThreads, kElems, kUnroll, true>, grid, dim3(kThreads), 0,
-                        stream, p.enable_pdl, p.out, p.input, d_vec, static_cast<uint32_t>(total_vec));
-  } else {
-    err = launch_kernel(act_and_mul_vec_kernel<T, kAct, kThreads, kElems, kUnroll, false>, grid, dim3(kThreads), 0,
-                        stream, p.enable_pdl, p.out, p.input, d_vec, static_cast<uint32_t>(total_vec));
-  }
+  err = launch_kernel(act_and_mul_vec_kernel<T, kAct, kThreads, kElems, kUnroll, kLoad>, grid, dim3(kThreads), 0,
+                      stream, p.enable_pdl, p.out, p.input, d_vec, static_cast<uint32_t>(total_vec));
   return true;
 }
 
@@ -38,21 +34,26 @@ template <typename T, Activation kAct>
 cudaError_t launch_typed(const ActAndMulParams<T>& p, cudaStream_t stream) {
   const int64_t total = p.rows * p.d;
   if (total == 0) return cudaSuccess;
+  const int64_t out_bytes = total * static_cast<int64_t>(sizeof(T));
   cudaError_t err = cudaSuccess;
-  // NOTE: launch shapes from the H200 sweep of benchmark/elementwise/tune_act_and_mul.cu:
-  // large outputs: 16-byte loads, two vectors per thread (more bytes in flight);
-  // mid: one vector per thread; decode-sized: 8-byte loads over twice the threads.
-  if (total >= (int64_t{1} << 23)) {
-    if (try_launch_vec<T, kAct, 256, 16, 2>(p, stream, err)) return err;
-  } else if (total >= (int64_t{1} << 18)) {
-    if (try_launch_vec<T, kAct, 256, 16, 1>(p, stream, err)) return err;
-  } else {
-    if (try_launch_vec<T, kAct, 128, 8, 1>(p, stream, err)) return err;
+  // NOTE: launch shapes from the H200 sweep of benchmark/elementwise/tune_act_and_mul.cu
+  // (PDL on, decode shapes L2-hot, prefill shapes from HBM):
+  //   out < 64 KB   4-byte loads: most threads, T=1 d=14336 0.88 us (16-byte loads 1.23 us)
+  //   out < 1.5 MB  8-byte read-only loads: T=16 d=14336 1.27 us (16-byte 1.39 us)
+  //   out < 16 MB   16-byte read-only loads: T=128 d=14336 2.85 us
+  //   larger        16-byte plain loads, 2 vectors per thread: 4364 GB/s at 32768 x 14336
+  //                 (read-only loads 4136 GB/s; copy 4213 GB/s)
+  using LP = LoadPolicy;
+  if (out_bytes >= (int64_t{16} << 20)) {
+    if (try_launch_vec<T, kAct, 16, 2, LP::kDefault>(p, stream, err)) return err;
+  } else if (out_bytes >= (int64_t{3} << 19)) {
+    if (try_launch_vec<T, kAct, 16, 1, LP::kStream>(p, stream, err)) return err;
   }
-  // Narrower vectors for d or pointers that are not 16-byte aligned.
-  if (try_launch_vec<T, kAct, 256, 8, 1>(p, stream, err)) return err;
-  if (try_launch_vec<T, kAct, 256, 4, 1>(p, stream, err)) return err;
-  constexpr int kThreads = 256;
+  // Mid-small outputs, and the fallbacks when d or the pointers are not 16-byte aligned.
+  if (out_bytes >= (int64_t{64} << 10)) {
+    if (try_launch_vec<T, kAct, 8, 1, LP::kStream>(p, stream, err)) return err;
+  }
+  if (try_launch_vec<T, kAct, 4, 1, LP::kStream>(p, stream, err)) return err;
   const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(total, kThreads), int64_t{1} << 20);
   return launch_kernel(act_and_mul_scalar_kernel<T, kAct, kThreads>, dim3(static_cast<uint32_t>(blocks)),
                        dim3(kThreads), 0, stream, p.enable_pdl, p.out, p.input, p.d, total);

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "elementwise/elementwise.h"
 #include "sgl_kernel/arch.cuh"
@@ -33,24 +32,21 @@ __device__ __forceinline__ float activate(float x) {
   }
 }
 
-// Vector path: d % kVecElems == 0, aligned tensors, rows * d / kVecElems < 2^32 vectors.
-// Thread t of block b handles vectors b * kThreads * kUnroll + u * kThreads + t
+// Vector path: d % kVecElems == 0, pointers aligned to the vector, rows * d / kVecElems < 2^32
+// vectors. Thread t of block b handles vectors b * kThreads * kUnroll + u * kThreads + t
 // (u < kUnroll); all loads are issued before the first use, so each thread keeps
-// 2 * kUnroll loads in flight. kIdx32: element offsets fit in 32 bits (rows * 2d < 2^32),
-// which saves the 64-bit address arithmetic. Narrow vectors (kVecElems * sizeof(T) < 16)
-// spread small inputs over more threads and blocks (decode shapes).
-template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, bool kIdx32,
-          LoadPolicy kLoad = LoadPolicy::kDefault>
+// 2 * kUnroll loads in flight. Narrow vectors (4 or 8 bytes) spread decode-sized inputs over
+// more threads and blocks.
+template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, LoadPolicy kLoad>
 __global__ void __launch_bounds__(kThreads)
     act_and_mul_vec_kernel(T* __restrict__ out,          // [rows, d]
                            const T* __restrict__ input,  // [rows, 2 * d]
                            FastDivmod d_vec,             // vectors per row (d / kVecElems)
                            uint32_t total_vec) {         // rows * d_vec
   using V = Vec<T, kVecElems>;
-  using Offset = std::conditional_t<kIdx32, uint32_t, int64_t>;
-  constexpr bool kWide = sizeof(V) == 16;
   SGL_PDL_WAIT();
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
+  const int64_t half = static_cast<int64_t>(d_vec.divisor) * kVecElems;  // d
   V a[kUnroll], b[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
@@ -58,15 +54,9 @@ __global__ void __launch_bounds__(kThreads)
     if (i < total_vec) {
       uint32_t row, col;
       d_vec.divmod(i, row, col);
-      const Offset half = static_cast<Offset>(d_vec.divisor) * kVecElems;
-      const T* x = input + (static_cast<Offset>(row) * 2 * half + static_cast<Offset>(col) * kVecElems);
-      if constexpr (kWide) {
-        a[u] = load16<T, kLoad>(x);
-        b[u] = load16<T, kLoad>(x + half);
-      } else {
-        a[u] = *reinterpret_cast<const V*>(x);
-        b[u] = *reinterpret_cast<const V*>(x + half);
-      }
+      const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * kVecElems;
+      a[u] = load_vec<V, kLoad>(x);
+      b[u] = load_vec<V, kLoad>(x + half);
     }
   }
 #pragma unroll
@@ -78,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < kVecElems; ++k) {
         o[k] = from_float<T>(activate<kAct>(to_float(a[u][k])) * to_float(b[u][k]));
       }
-      *reinterpret_cast<V*>(out + static_cast<Offset>(i) * kVecElems) = o;
+      *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * kVecElems) = o;
     }
   }
   SGL_PDL_LAUNCH_DEPENDENTS();

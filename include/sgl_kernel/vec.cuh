@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_runtime.h>
 
 namespace sgl_kernel {
@@ -67,6 +68,32 @@ __device__ __forceinline__ Vec16<T> load16(const T* p) {
                    : "l"(p));
     }
     *reinterpret_cast<uint4*>(&v) = r;
+  }
+  return v;
+}
+
+// Loads of 4, 8 or 16 bytes (a Vec<T, N> of that size) with a cache policy; 4- and 8-byte
+// loads support kDefault and kStream.
+template <typename V, LoadPolicy kPolicy = LoadPolicy::kDefault>
+__device__ __forceinline__ V load_vec(const void* p) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "4-, 8- or 16-byte vectors");
+  V v;
+  if constexpr (kPolicy == LoadPolicy::kDefault) {
+    v = *reinterpret_cast<const V*>(p);
+  } else if constexpr (sizeof(V) == 16) {
+    using T = std::remove_cv_t<std::remove_reference_t<decltype(v.data[0])>>;
+    v = load16<T, kPolicy>(reinterpret_cast<const T*>(p));
+  } else {
+    static_assert(kPolicy == LoadPolicy::kStream, "4/8-byte loads: kDefault or kStream");
+    if constexpr (sizeof(V) == 8) {
+      uint2 r;
+      asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+      *reinterpret_cast<uint2*>(&v) = r;
+    } else {
+      uint32_t r;
+      asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+      *reinterpret_cast<uint32_t*>(&v) = r;
+    }
   }
   return v;
 }
