@@ -26,6 +26,11 @@ from tests.helpers import raises_op_error
 
 # op name -> schema exactly as API.md writes it after "op: " (without the namespace)
 OP_SCHEMAS = {
+    # 2.1.1
+    "rmsnorm": "rmsnorm(Tensor! output, Tensor input, Tensor weight, float eps, bool enable_pdl) -> ()",
+    "fused_add_rmsnorm": "fused_add_rmsnorm(Tensor! input, Tensor! residual, Tensor weight, float eps, bool enable_pdl) -> ()",
+    "gemma_rmsnorm": "gemma_rmsnorm(Tensor! output, Tensor input, Tensor weight, float eps, bool enable_pdl) -> ()",
+    "gemma_fused_add_rmsnorm": "gemma_fused_add_rmsnorm(Tensor! input, Tensor! residual, Tensor weight, float eps, bool enable_pdl) -> ()",
     # 2.1.2
     "silu_and_mul": "silu_and_mul(Tensor! out, Tensor input) -> ()",
     "gelu_and_mul": "gelu_and_mul(Tensor! out, Tensor input) -> ()",
@@ -41,6 +46,10 @@ CPU_OPS: set = set()
 
 # public name -> (module it lives in, parameter list exactly as API.md writes it after "py: ")
 PUBLIC_FUNCTIONS = {
+    "rmsnorm": ("sgl_kernel.elementwise", "input, weight, eps=1e-6, out=None, enable_pdl=None"),
+    "fused_add_rmsnorm": ("sgl_kernel.elementwise", "input, residual, weight, eps=1e-6, enable_pdl=None"),
+    "gemma_rmsnorm": ("sgl_kernel.elementwise", "input, weight, eps=1e-6, out=None, enable_pdl=None"),
+    "gemma_fused_add_rmsnorm": ("sgl_kernel.elementwise", "input, residual, weight, eps=1e-6, enable_pdl=None"),
     "silu_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
     "gelu_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
     "gelu_tanh_and_mul": ("sgl_kernel.elementwise", "input, out=None"),

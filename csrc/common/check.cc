@@ -98,6 +98,12 @@ void check_size(const char* op, const char* name, const at::Tensor& t, int64_t d
             "), got ", t.size(d), " (shape ", shape_str(t), ")");
 }
 
+void check_same_shape(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                      const at::Tensor& ref) {
+  SGL_CHECK(t.sizes() == ref.sizes(), op, name, " must have the shape of ", ref_name, " ", shape_str(ref),
+            ", got ", shape_str(t));
+}
+
 void check_leading_dims(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
                         const at::Tensor& ref, int64_t dims) {
   bool ok = t.dim() >= dims && ref.dim() >= dims;

@@ -38,6 +38,9 @@ void check_last_dim_contiguous(const char* op, const char* name, const at::Tenso
 // t.size(dim) == expected; `what` explains the expectation, e.g. "input.shape[-1] / 2".
 void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,
                 const char* what);
+// t.shape == ref.shape.
+void check_same_shape(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                      const at::Tensor& ref);
 // t.shape[:dim] == ref.shape[:dim] for the leading `dims` dimensions.
 void check_leading_dims(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
                         const at::Tensor& ref, int64_t dims);

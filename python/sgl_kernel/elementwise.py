@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Elementwise family: gated activations (norms, RoPE and the rest come with later issues)."""
+"""Elementwise family: RMSNorm variants and gated activations."""
 
 from __future__ import annotations
 
@@ -7,13 +7,141 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from sgl_kernel.utils import _assert
+from sgl_kernel.utils import _assert, _resolve_pdl
 
-__all__ = ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"]
+__all__ = [
+    "rmsnorm",
+    "fused_add_rmsnorm",
+    "gemma_rmsnorm",
+    "gemma_fused_add_rmsnorm",
+    "silu_and_mul",
+    "gelu_and_mul",
+    "gelu_tanh_and_mul",
+]
 
 FAMILY = "elementwise"
 # op name -> lowest arch with a kernel (API.md)
-OPS = {"silu_and_mul": 80, "gelu_and_mul": 80, "gelu_tanh_and_mul": 80}
+OPS = {
+    "rmsnorm": 80,
+    "fused_add_rmsnorm": 80,
+    "gemma_rmsnorm": 80,
+    "gemma_fused_add_rmsnorm": 80,
+    "silu_and_mul": 80,
+    "gelu_and_mul": 80,
+    "gelu_tanh_and_mul": 80,
+}
+
+_rmsnorm = torch.ops.sgl_kernel.rmsnorm.default
+_fused_add_rmsnorm = torch.ops.sgl_kernel.fused_add_rmsnorm.default
+_gemma_rmsnorm = torch.ops.sgl_kernel.gemma_rmsnorm.default
+_gemma_fused_add_rmsnorm = torch.ops.sgl_kernel.gemma_fused_add_rmsnorm.default
+
+_NORM_DOC = """
+    Parameters
+    ----------
+    input : torch.Tensor
+        ``[..., H]`` (leading dims are rows), fp16/bf16/fp32, last-dim contiguous; the row
+        strides are free (views of larger tensors are fine). {input_role}
+    {residual_param}weight : torch.Tensor
+        ``[H]``, dtype of ``input``, contiguous.
+    eps : float
+        Added to the mean square before the reciprocal square root.
+    {out_param}enable_pdl : Optional[bool]
+        Programmatic dependent launch; ``None`` turns it on for sm90+ (results are identical).
+
+    Notes
+    -----
+    Any ``H >= 1`` (16-byte vector path when ``H`` and the row strides allow it). fp32 math,
+    one rounding per stored value. Arch: sm80+. CUDA-graph capturable.
+"""
+
+
+def rmsnorm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    out: Optional[torch.Tensor] = None,
+    enable_pdl: Optional[bool] = None,
+) -> torch.Tensor:
+    if out is None:
+        out = torch.empty_like(input)
+    _rmsnorm(out, input, weight, eps, _resolve_pdl(enable_pdl))
+    return out
+
+
+def fused_add_rmsnorm(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
+) -> None:
+    _fused_add_rmsnorm(input, residual, weight, eps, _resolve_pdl(enable_pdl))
+
+
+def gemma_rmsnorm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    out: Optional[torch.Tensor] = None,
+    enable_pdl: Optional[bool] = None,
+) -> torch.Tensor:
+    if out is None:
+        out = torch.empty_like(input)
+    _gemma_rmsnorm(out, input, weight, eps, _resolve_pdl(enable_pdl))
+    return out
+
+
+def gemma_fused_add_rmsnorm(
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    enable_pdl: Optional[bool] = None,
+) -> None:
+    _gemma_fused_add_rmsnorm(input, residual, weight, eps, _resolve_pdl(enable_pdl))
+
+
+_OUT_PARAM = """out : Optional[torch.Tensor]
+        Shape and dtype of ``input``, last-dim contiguous. Written. ``empty_like(input)``
+        when ``None``.
+    """
+_RESIDUAL_PARAM = """residual : torch.Tensor
+        Shape and dtype of ``input``, last-dim contiguous. Written in place:
+        ``residual += input`` (stored in the input dtype).
+    """
+rmsnorm.__doc__ = (
+    r"""RMSNorm per row: ``out = x * rsqrt(mean(x**2) + eps) * weight``.
+
+    Returns ``out``.
+"""
+    + _NORM_DOC.format(input_role="Read only.", residual_param="", out_param=_OUT_PARAM)
+)
+gemma_rmsnorm.__doc__ = (
+    r"""Gemma RMSNorm per row: ``out = x * rsqrt(mean(x**2) + eps) * (1 + weight)``.
+
+    Returns ``out``.
+"""
+    + _NORM_DOC.format(input_role="Read only.", residual_param="", out_param=_OUT_PARAM)
+)
+fused_add_rmsnorm.__doc__ = (
+    r"""Residual add then RMSNorm, in place: ``residual += input``, then
+    ``input = residual * rsqrt(mean(residual**2) + eps) * weight`` (the stored, rounded
+    residual is normalised). Returns ``None``.
+"""
+    + _NORM_DOC.format(
+        input_role="Written in place with the normalised rows.", residual_param=_RESIDUAL_PARAM, out_param=""
+    )
+)
+gemma_fused_add_rmsnorm.__doc__ = (
+    r"""Residual add then Gemma RMSNorm, in place: ``residual += input``, then
+    ``input = residual * rsqrt(mean(residual**2) + eps) * (1 + weight)``. Returns ``None``.
+"""
+    + _NORM_DOC.format(
+        input_role="Written in place with the normalised rows.", residual_param=_RESIDUAL_PARAM, out_param=""
+    )
+)
+
 
 _silu_and_mul = torch.ops.sgl_kernel.silu_and_mul.default
 _gelu_and_mul = torch.ops.sgl_kernel.gelu_and_mul.default
@@ -135,10 +263,37 @@ def _check_act(fn: Callable, ref: Callable) -> None:
         torch.testing.assert_close(fn(x), expected, rtol=tol, atol=tol)
 
 
+def _norm_ref(x: torch.Tensor, w: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
+    xf = x.float()
+    wf = w.float() + 1.0 if gemma else w.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * wf
+
+
+def _check_norm(gemma: bool, fused: bool) -> None:
+    for dtype, tol in ((torch.float16, 1e-3), (torch.bfloat16, 1e-2), (torch.float32, 1e-3)):
+        for hidden in (4096, 111):
+            x = torch.randn(19, hidden, device="cuda", dtype=dtype)
+            w = torch.randn(hidden, device="cuda", dtype=dtype)
+            if fused:
+                r = torch.randn_like(x)
+                s = (x.float() + r.float()).to(dtype)
+                expected = _norm_ref(s, w, 1e-6, gemma).to(dtype)
+                (gemma_fused_add_rmsnorm if gemma else fused_add_rmsnorm)(x, r, w, 1e-6)
+                torch.testing.assert_close(r, s, rtol=0, atol=0)
+                torch.testing.assert_close(x, expected, rtol=tol, atol=tol)
+            else:
+                y = (gemma_rmsnorm if gemma else rmsnorm)(x, w, 1e-6)
+                torch.testing.assert_close(y, _norm_ref(x, w, 1e-6, gemma).to(dtype), rtol=tol, atol=tol)
+
+
 def self_checks() -> Dict[str, Callable[[], None]]:
     import torch.nn.functional as F
 
     return {
+        "rmsnorm": lambda: _check_norm(gemma=False, fused=False),
+        "gemma_rmsnorm": lambda: _check_norm(gemma=True, fused=False),
+        "fused_add_rmsnorm": lambda: _check_norm(gemma=False, fused=True),
+        "gemma_fused_add_rmsnorm": lambda: _check_norm(gemma=True, fused=True),
         "silu_and_mul": lambda: _check_act(silu_and_mul, F.silu),
         "gelu_and_mul": lambda: _check_act(gelu_and_mul, F.gelu),
         "gelu_tanh_and_mul": lambda: _check_act(gelu_tanh_and_mul, lambda a: F.gelu(a, approximate="tanh")),
