@@ -35,6 +35,11 @@ OP_SCHEMAS = {
     "silu_and_mul": "silu_and_mul(Tensor! out, Tensor input) -> ()",
     "gelu_and_mul": "gelu_and_mul(Tensor! out, Tensor input) -> ()",
     "gelu_tanh_and_mul": "gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()",
+    # 2.1.4
+    "copy_to_gpu_no_ce": "copy_to_gpu_no_ce(Tensor input, Tensor! output) -> ()",
+    "downcast_fp8": "downcast_fp8(Tensor k, Tensor v, Tensor! k_out, Tensor! v_out, Tensor k_scale, Tensor v_scale, Tensor loc, int mult, int offset) -> ()",
+    "concat_mla_k": "concat_mla_k(Tensor! k, Tensor k_nope, Tensor k_rope) -> ()",
+    "concat_mla_absorb_q": "concat_mla_absorb_q(Tensor a, Tensor b, Tensor! out) -> ()",
     # 3.1
     "custom_relu": "custom_relu(Tensor input) -> Tensor",
     "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
@@ -53,6 +58,10 @@ PUBLIC_FUNCTIONS = {
     "silu_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
     "gelu_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
     "gelu_tanh_and_mul": ("sgl_kernel.elementwise", "input, out=None"),
+    "copy_to_gpu_no_ce": ("sgl_kernel.elementwise", "input, output"),
+    "downcast_fp8": ("sgl_kernel.elementwise", "k, v, k_out, v_out, k_scale, v_scale, loc, mult=1, offset=0"),
+    "concat_mla_k": ("sgl_kernel.elementwise", "k, k_nope, k_rope"),
+    "concat_mla_absorb_q": ("sgl_kernel.elementwise", "a, b"),
     "custom_relu": ("sgl_kernel.project", "input"),
     "fused_add_relu": ("sgl_kernel.project", "input, bias"),
     "build_info": ("sgl_kernel.info", ""),

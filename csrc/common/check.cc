@@ -146,6 +146,14 @@ bool pdl_supported(const at::Tensor& t) {
   return !disabled && device_capability(t.get_device()) >= 90;
 }
 
+bool debug_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("SGL_KERNEL_DEBUG");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
 void check_launch(const char* op, cudaError_t err) {
   if (err == cudaSuccess) return;
   cudaGetLastError();  // a launch error is not sticky: clear it for the next op

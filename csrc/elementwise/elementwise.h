@@ -52,4 +52,50 @@ struct RmsNormParams {
 template <typename T>
 cudaError_t launch_rmsnorm(const RmsNormParams<T>& params, cudaStream_t stream);
 
+// Concatenate two row sources along the last dimension: out_row = [a_row, b_row]. Rows are
+// addressed with two levels (RowStrides, rows_inner); a zero stride broadcasts (concat_mla_k's
+// k_rope over heads). Sizes and strides in elements of `elem_bytes` bytes.
+struct ConcatRowsParams {
+  void* out;        // [rows, a_cols + b_cols]
+  const void* a;    // [rows, a_cols]
+  const void* b;    // [rows, b_cols]
+  RowStrides out_rows, a_rows, b_rows;
+  int64_t rows;
+  int64_t rows_inner;  // >= 1
+  int64_t a_cols, b_cols;
+  int elem_bytes;      // 1, 2, 4 or 8
+  bool enable_pdl;
+};
+
+cudaError_t launch_concat_rows(const ConcatRowsParams& params, cudaStream_t stream);
+
+// out[loc[t] * mult + offset] = e4m3(clamp(x[t] / scale, -448, 448)) for k and v.
+template <typename T>
+struct DowncastFp8Params {
+  const T* k;              // [tokens, row], contiguous
+  const T* v;              // [tokens, row]
+  uint8_t* k_out;          // [slots, row] e4m3
+  uint8_t* v_out;          // [slots, row]
+  const float* k_scale;    // [1]
+  const float* v_scale;    // [1]
+  const int64_t* loc;      // [tokens]
+  int64_t tokens, row, slots;
+  int64_t mult, offset;
+  int* error_flag;         // nullptr, or a device int set to 1 on an out-of-range slot (debug)
+  bool enable_pdl;
+};
+
+template <typename T>
+cudaError_t launch_downcast_fp8(const DowncastFp8Params<T>& params, cudaStream_t stream);
+
+// output[i] = values[i] for i < n (values passed by value: no copy engine involved).
+constexpr int kCopyNoCeMax = 1000;  // keeps the parameter block under the classic 4 KB
+struct CopyNoCeParams {
+  int32_t* output;  // [n]
+  int32_t n;
+  int32_t values[kCopyNoCeMax];
+};
+
+cudaError_t launch_copy_to_gpu_no_ce(const CopyNoCeParams& params, cudaStream_t stream);
+
 }  // namespace sgl_kernel::elementwise

@@ -53,6 +53,10 @@ void require_kernel(const char* op, const char* family, const char* archs, const
 // Whether a kernel launched for the device of `t` may use programmatic dependent launch.
 bool pdl_supported(const at::Tensor& t);
 
+// SGL_KERNEL_DEBUG=1: index values read on the device (positions, cache slots) are validated
+// and a bad one raises instead of being skipped (API.md 1.4; the op may synchronise).
+bool debug_mode();
+
 // Raise if a launcher returned an error.
 void check_launch(const char* op, cudaError_t err);
 

@@ -17,6 +17,10 @@ __all__ = [
     "silu_and_mul",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
+    "copy_to_gpu_no_ce",
+    "downcast_fp8",
+    "concat_mla_k",
+    "concat_mla_absorb_q",
 ]
 
 FAMILY = "elementwise"
@@ -29,6 +33,10 @@ OPS = {
     "silu_and_mul": 80,
     "gelu_and_mul": 80,
     "gelu_tanh_and_mul": 80,
+    "copy_to_gpu_no_ce": 80,
+    "downcast_fp8": 80,
+    "concat_mla_k": 80,
+    "concat_mla_absorb_q": 80,
 }
 
 _rmsnorm = torch.ops.sgl_kernel.rmsnorm.default
@@ -251,6 +259,116 @@ def gelu_tanh_and_mul(input: torch.Tensor, out: Optional[torch.Tensor] = None) -
     return out
 
 
+_copy_to_gpu_no_ce = torch.ops.sgl_kernel.copy_to_gpu_no_ce.default
+_downcast_fp8 = torch.ops.sgl_kernel.downcast_fp8.default
+_concat_mla_k = torch.ops.sgl_kernel.concat_mla_k.default
+_concat_mla_absorb_q = torch.ops.sgl_kernel.concat_mla_absorb_q.default
+
+
+def copy_to_gpu_no_ce(input: torch.Tensor, output: torch.Tensor) -> None:
+    r"""``output[:] = input[:]`` without a copy-engine transfer.
+
+    The host values are read at call time and handed to one kernel launch as parameters, so
+    under CUDA-graph capture the values present at capture time are baked into the graph.
+
+    Parameters
+    ----------
+    input : torch.Tensor
+        CPU int32, 1-D, contiguous, ``N <= 1000`` elements (32, 64 and 72 are the sizes
+        serving engines use).
+    output : torch.Tensor
+        CUDA int32, 1-D, contiguous, ``N`` elements. Written.
+
+    Notes
+    -----
+    Arch: sm80+.
+    """
+    _copy_to_gpu_no_ce(input, output)
+
+
+def downcast_fp8(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_out: torch.Tensor,
+    v_out: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    loc: torch.Tensor,
+    mult: int = 1,
+    offset: int = 0,
+) -> None:
+    r"""Quantise K/V rows to fp8 e4m3 and scatter them into KV-cache slots.
+
+    For each token ``t``, slot ``r = loc[t] * mult + offset``:
+    ``k_out[r] = e4m3(clamp(k[t] / k_scale, -448, 448))`` (round to nearest, saturating),
+    and the same for ``v``. A slot outside ``[0, k_out.shape[0])`` is skipped (with
+    ``SGL_KERNEL_DEBUG=1`` it raises instead).
+
+    Parameters
+    ----------
+    k, v : torch.Tensor
+        ``[T, H, D]``, fp16/bf16, contiguous, 16-byte aligned; ``D % 8 == 0``.
+    k_out, v_out : torch.Tensor
+        ``[N, H, D]``, ``torch.float8_e4m3fn`` (or a uint8 view), contiguous. Written.
+    k_scale, v_scale : torch.Tensor
+        fp32, one element each.
+    loc : torch.Tensor
+        ``[T]`` int64.
+    mult, offset : int
+        Slot mapping ``loc * mult + offset``.
+
+    Notes
+    -----
+    Arch: sm80+.
+    """
+    _downcast_fp8(k, v, k_out, v_out, k_scale, v_scale, loc, mult, offset)
+
+
+def concat_mla_k(k: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Tensor) -> None:
+    r"""MLA key assembly: ``k[:, :, :Dn] = k_nope``, ``k[:, :, Dn:] = k_rope`` broadcast over heads.
+
+    Parameters
+    ----------
+    k : torch.Tensor
+        ``[T, H, Dn + Dr]`` (DeepSeek: ``[T, 128, 192]``), bf16 (fp16/fp32 also accepted),
+        last-dim contiguous, other strides free. Written.
+    k_nope : torch.Tensor
+        ``[T, H, Dn]`` (``[T, 128, 128]``), dtype of ``k``, last-dim contiguous.
+    k_rope : torch.Tensor
+        ``[T, 1, Dr]`` (``[T, 1, 64]``), dtype of ``k``, last-dim contiguous.
+
+    Notes
+    -----
+    16-byte vector copies when every pointer and stride allows it. Arch: sm80+.
+    """
+    _concat_mla_k(k, k_nope, k_rope)
+
+
+def concat_mla_absorb_q(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    r"""``out = torch.cat([a, b], dim=-1)`` for MLA absorbed queries.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        ``[T0, T1, Da]`` (DeepSeek: ``Da = 512``), bf16 (fp16/fp32 also accepted),
+        last-dim contiguous.
+    b : torch.Tensor
+        ``[T0, T1, Db]`` (``Db = 64``), dtype of ``a``, last-dim contiguous.
+
+    Returns
+    -------
+    torch.Tensor
+        New ``[T0, T1, Da + Db]`` tensor, dtype and device of ``a``.
+
+    Notes
+    -----
+    Arch: sm80+.
+    """
+    out = torch.empty((*a.shape[:-1], a.shape[-1] + b.shape[-1]), dtype=a.dtype, device=a.device)
+    _concat_mla_absorb_q(a, b, out)
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # One-shot self checks for `python -m sgl_kernel`: small random inputs against fp32 torch.
 
@@ -286,10 +404,52 @@ def _check_norm(gemma: bool, fused: bool) -> None:
                 torch.testing.assert_close(y, _norm_ref(x, w, 1e-6, gemma).to(dtype), rtol=tol, atol=tol)
 
 
+def _check_copy_no_ce() -> None:
+    for n in (32, 64, 72):
+        src = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32)
+        dst = torch.full((n,), -1, dtype=torch.int32, device="cuda")
+        copy_to_gpu_no_ce(src, dst)
+        torch.testing.assert_close(dst.cpu(), src, rtol=0, atol=0)
+
+
+def _check_downcast_fp8() -> None:
+    k = torch.randn(7, 4, 64, device="cuda", dtype=torch.bfloat16) * 100
+    v = torch.randn_like(k)
+    k_out = torch.zeros(20, 4, 64, device="cuda", dtype=torch.float8_e4m3fn)
+    v_out = torch.zeros_like(k_out)
+    ks = torch.tensor([0.5], device="cuda")
+    vs = torch.tensor([0.25], device="cuda")
+    loc = torch.randperm(9, device="cuda")[:7]
+    downcast_fp8(k, v, k_out, v_out, ks, vs, loc, 2, 1)
+    rows = loc * 2 + 1
+    expected_k = (k.float() / 0.5).clamp(-448, 448).to(torch.float8_e4m3fn)
+    expected_v = (v.float() / 0.25).clamp(-448, 448).to(torch.float8_e4m3fn)
+    torch.testing.assert_close(k_out[rows].float(), expected_k.float(), rtol=0, atol=0)
+    torch.testing.assert_close(v_out[rows].float(), expected_v.float(), rtol=0, atol=0)
+
+
+def _check_concat_mla() -> None:
+    k_nope = torch.randn(5, 128, 128, device="cuda", dtype=torch.bfloat16)
+    k_rope = torch.randn(5, 1, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.empty(5, 128, 192, device="cuda", dtype=torch.bfloat16)
+    concat_mla_k(k, k_nope, k_rope)
+    torch.testing.assert_close(k, torch.cat([k_nope, k_rope.expand(-1, 128, -1)], dim=-1), rtol=0, atol=0)
+
+
+def _check_concat_absorb_q() -> None:
+    a = torch.randn(3, 16, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3, 16, 64, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(concat_mla_absorb_q(a, b), torch.cat([a, b], dim=-1), rtol=0, atol=0)
+
+
 def self_checks() -> Dict[str, Callable[[], None]]:
     import torch.nn.functional as F
 
     return {
+        "copy_to_gpu_no_ce": _check_copy_no_ce,
+        "downcast_fp8": _check_downcast_fp8,
+        "concat_mla_k": _check_concat_mla,
+        "concat_mla_absorb_q": _check_concat_absorb_q,
         "rmsnorm": lambda: _check_norm(gemma=False, fused=False),
         "gemma_rmsnorm": lambda: _check_norm(gemma=True, fused=False),
         "fused_add_rmsnorm": lambda: _check_norm(gemma=False, fused=True),
