@@ -356,6 +356,22 @@ void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output) {
   if constexpr (kBuilt) check_launch(op, launch_copy_to_gpu_no_ce(p, stream));
 }
 
+// One registration for CUDA and CPU tensors: for CPU tensors the checks raise the op's own
+// "must be a CUDA tensor" message instead of the dispatcher's "could not run ... CPU".
+void register_impls(torch::Library& m) {
+  m.impl("copy_to_gpu_no_ce", &copy_to_gpu_no_ce);
+  m.impl("downcast_fp8", &downcast_fp8);
+  m.impl("concat_mla_k", &concat_mla_k);
+  m.impl("concat_mla_absorb_q", &concat_mla_absorb_q);
+  m.impl("rmsnorm", &rmsnorm);
+  m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
+  m.impl("gemma_rmsnorm", &gemma_rmsnorm);
+  m.impl("gemma_fused_add_rmsnorm", &gemma_fused_add_rmsnorm);
+  m.impl("silu_and_mul", &silu_and_mul);
+  m.impl("gelu_and_mul", &gelu_and_mul);
+  m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
@@ -386,34 +402,8 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("concat_mla_absorb_q(Tensor a, Tensor b, Tensor! out) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) {
-  m.impl("copy_to_gpu_no_ce", &copy_to_gpu_no_ce);
-  m.impl("downcast_fp8", &downcast_fp8);
-  m.impl("concat_mla_k", &concat_mla_k);
-  m.impl("concat_mla_absorb_q", &concat_mla_absorb_q);
-  m.impl("rmsnorm", &rmsnorm);
-  m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
-  m.impl("gemma_rmsnorm", &gemma_rmsnorm);
-  m.impl("gemma_fused_add_rmsnorm", &gemma_fused_add_rmsnorm);
-  m.impl("silu_and_mul", &silu_and_mul);
-  m.impl("gelu_and_mul", &gelu_and_mul);
-  m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
-}
+TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) { register_impls(m); }
 
-// CPU tensors reach the same checks, which reject them with the op's own message instead
-// of the dispatcher's "could not run ... with arguments from the CPU backend".
-TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) {
-  m.impl("copy_to_gpu_no_ce", &copy_to_gpu_no_ce);
-  m.impl("downcast_fp8", &downcast_fp8);
-  m.impl("concat_mla_k", &concat_mla_k);
-  m.impl("concat_mla_absorb_q", &concat_mla_absorb_q);
-  m.impl("rmsnorm", &rmsnorm);
-  m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
-  m.impl("gemma_rmsnorm", &gemma_rmsnorm);
-  m.impl("gemma_fused_add_rmsnorm", &gemma_fused_add_rmsnorm);
-  m.impl("silu_and_mul", &silu_and_mul);
-  m.impl("gelu_and_mul", &gelu_and_mul);
-  m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
-}
+TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) { register_impls(m); }
 
 }  // namespace sgl_kernel::elementwise

@@ -88,6 +88,13 @@ at::Tensor fused_add_relu(const at::Tensor& input, const at::Tensor& bias) {
   return relu_impl("fused_add_relu", input, &bias);
 }
 
+// One registration for CUDA and CPU tensors: for CPU tensors the checks raise the op's own
+// "must be a CUDA tensor" message instead of the dispatcher's "could not run ... CPU".
+void register_impls(torch::Library& m) {
+  m.impl("custom_relu", &custom_relu);
+  m.impl("fused_add_relu", &fused_add_relu);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
@@ -97,15 +104,8 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("fused_add_relu(Tensor input, Tensor bias) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) {
-  m.impl("custom_relu", &custom_relu);
-  m.impl("fused_add_relu", &fused_add_relu);
-}
+TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) { register_impls(m); }
 
-// CPU tensors get the op's own "must be a CUDA tensor" message (no CPU kernel).
-TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) {
-  m.impl("custom_relu", &custom_relu);
-  m.impl("fused_add_relu", &fused_add_relu);
-}
+TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) { register_impls(m); }
 
 }  // namespace sgl_kernel::project
