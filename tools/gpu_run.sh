@@ -2,15 +2,18 @@
 # SPDX-License-Identifier: Apache-2.0
 # One full GPU-host run: build from the offline bundle (no network), the op self check, the
 # test suite, and the benchmarks. Logs go to $OUT (default gpu_out/):
-#   run.log  (environment, build, python -m sgl_kernel, pytest)   bench/*  (benchmark outputs)
-# Usage: bash tools/gpu_run.sh [--no-build] [--no-tests] [--no-bench] [--quick] [--tests ARGS]
+#   run.log    environment, build, python -m sgl_kernel, pytest
+#   bench.tgz  every benchmark's CSV/JSON/PNG and log (one file: the device tool returns few)
+# and each benchmark's summary is printed last.
+# Usage: bash tools/gpu_run.sh [--no-build] [--no-tests] [--no-bench] [--quick]
+#                              [--tests "PYTEST ARGS"] [--bench "SCRIPT ..."] [--max-seconds N]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 LOG="$OUT/run.log"
 export PYTHONUNBUFFERED=1
-build=1 tests=1 bench=1 quick="" test_args="tests/"
+build=1 tests=1 bench=1 quick="" test_args="tests/" benches="" max_s=120
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) build=0 ;;
@@ -18,6 +21,8 @@ while [ $# -gt 0 ]; do
     --no-bench) bench=0 ;;
     --quick) quick="--quick" ;;
     --tests) shift; test_args="$1" ;;
+    --bench) shift; benches="$1" ;;
+    --max-seconds) shift; max_s="$1" ;;
   esac
   shift
 done
@@ -57,7 +62,18 @@ section() { echo; echo "=== $* ($(date +%T))"; }
 } 2>&1 | tee "$LOG"
 
 if [ "$bench" = 1 ]; then
-  mkdir -p "$OUT/bench"
-  # shellcheck disable=SC2086
-  python3 benchmark/elementwise/bench_activation.py --out "$OUT/bench" $quick 2>&1 | tee "$OUT/bench/bench.log" | tail -n 60
+  bdir=$(mktemp -d)
+  [ -n "$benches" ] || benches=$(ls benchmark/*/bench_*.py)
+  for script in $benches; do
+    name=$(basename "$script" .py)
+    echo "=== $name ($(date +%T))"
+    # shellcheck disable=SC2086
+    python3 "$script" --out "$bdir/$name" --max-seconds "$max_s" $quick > "$bdir/$name.log" 2>&1
+    echo "exit $?" >> "$bdir/$name.log"
+  done
+  tar -C "$bdir" -czf "$OUT/bench.tgz" .
+  for log in "$bdir"/*.log; do
+    echo; echo "##### $(basename "$log" .log)"
+    sed -n '/=== SUMMARY/,$p' "$log" | grep -vE "^(outputs|wall time)" | cut -c1-400
+  done
 fi
