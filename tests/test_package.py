@@ -40,6 +40,12 @@ OP_SCHEMAS = {
     "downcast_fp8": "downcast_fp8(Tensor k, Tensor v, Tensor! k_out, Tensor! v_out, Tensor k_scale, Tensor v_scale, Tensor loc, int mult, int offset) -> ()",
     "concat_mla_k": "concat_mla_k(Tensor! k, Tensor k_nope, Tensor k_rope) -> ()",
     "concat_mla_absorb_q": "concat_mla_absorb_q(Tensor a, Tensor b, Tensor! out) -> ()",
+    # 2.1.3
+    "apply_rope_pos_ids_cos_sin_cache": (
+        "apply_rope_pos_ids_cos_sin_cache(Tensor q, Tensor k, Tensor! q_rope, Tensor! k_rope, "
+        "Tensor cos_sin_cache, Tensor pos_ids, bool interleave, bool enable_pdl, "
+        "Tensor? v, Tensor!? k_buffer, Tensor!? v_buffer, Tensor? kv_cache_loc) -> ()"
+    ),
     # 3.1
     "custom_relu": "custom_relu(Tensor input) -> Tensor",
     "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
@@ -62,6 +68,12 @@ PUBLIC_FUNCTIONS = {
     "downcast_fp8": ("sgl_kernel.elementwise", "k, v, k_out, v_out, k_scale, v_scale, loc, mult=1, offset=0"),
     "concat_mla_k": ("sgl_kernel.elementwise", "k, k_nope, k_rope"),
     "concat_mla_absorb_q": ("sgl_kernel.elementwise", "a, b"),
+    "FusedSetKVBufferArg": ("sgl_kernel.elementwise", "value, k_buffer, v_buffer, k_scale, v_scale, cache_loc"),
+    "apply_rope_with_cos_sin_cache_inplace": (
+        "sgl_kernel.elementwise",
+        "positions, query, key, head_size, cos_sin_cache, is_neox=True, fused_set_kv_buffer_arg=None, "
+        "enable_pdl=None",
+    ),
     "custom_relu": ("sgl_kernel.project", "input"),
     "fused_add_relu": ("sgl_kernel.project", "input, bias"),
     "build_info": ("sgl_kernel.info", ""),
@@ -88,6 +100,7 @@ REQUIRED_FAMILIES = ("elementwise", "quantization", "gemm", "moe", "attention", 
 BUILT_FAMILIES = ("elementwise", "project")  # implemented so far: always compiled in
 
 ACT_OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
+ROPE_OP = "apply_rope_pos_ids_cos_sin_cache"
 
 
 def _registered_ops() -> set:
@@ -331,6 +344,48 @@ def test_fake_relu(dtype, layout):
                 assert y.is_contiguous()
 
 
+def _rope_inputs(device, nnz=6, hq=4, hk=2, d=64, dtype=torch.bfloat16, fused=False):
+    """(positions, query, key, cos_sin_cache, FusedSetKVBufferArg or None); q/k/v are slices of
+    one qkv tensor."""
+    qkv = torch.empty(nnz, (hq + 2 * hk) * d, dtype=dtype, device=device)
+    q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    pos = torch.zeros(nnz, dtype=torch.int32, device=device)
+    cache = torch.empty(32, d, dtype=torch.float32, device=device)
+    arg = None
+    if fused:
+        kb = torch.empty(10, hk * d, dtype=dtype, device=device)
+        loc = torch.zeros(nnz, dtype=torch.int64, device=device)
+        arg = sgl_kernel.FusedSetKVBufferArg(v, kb, torch.empty_like(kb), None, None, loc)
+    return pos, q, k, cache, arg
+
+
+def test_fused_set_kv_buffer_arg_fields():
+    """API.md 2.1.3: the field order is binding (callers construct it positionally)."""
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(sgl_kernel.FusedSetKVBufferArg)]
+    assert fields == ["value", "k_buffer", "v_buffer", "k_scale", "v_scale", "cache_loc"]
+    a = sgl_kernel.FusedSetKVBufferArg(1, 2, 3, None, None, 6)
+    assert (a.value, a.k_buffer, a.v_buffer, a.k_scale, a.v_scale, a.cache_loc) == (1, 2, 3, None, None, 6)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fake_rope(fused, dtype):
+    """Under FakeTensorMode the wrapper and the op run (the op mutates and returns ())."""
+    with FakeTensorMode():
+        pos, q, k, cache, arg = _rope_inputs("cuda", dtype=dtype, fused=fused)
+        assert sgl_kernel.apply_rope_with_cos_sin_cache_inplace(pos, q, k, 64, cache, False, arg) is None
+        assert q.shape == (6, 256) and q.dtype == dtype and q.device.type == "cuda"
+        q3, k3 = q.view(6, -1, 64), k.view(6, -1, 64)
+        kv = (None,) * 4
+        if fused:
+            kv = (arg.value.view(6, -1, 64), arg.k_buffer.view(10, -1, 64), arg.v_buffer.view(10, -1, 64),
+                  arg.cache_loc)
+        assert getattr(torch.ops.sgl_kernel, ROPE_OP).default(q3, k3, q3, k3, cache, pos.long(), True, False,
+                                                              *kv) is None
+
+
 # ---------------------------------------------------------------------------------------
 # Bad inputs that need no GPU
 
@@ -353,6 +408,47 @@ def test_relu_cpu_tensor_rejected():
         sgl_kernel.custom_relu(x)
     with raises_op_error("fused_add_relu", "input", "CUDA tensor"):
         sgl_kernel.fused_add_relu(x, torch.randn(32))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_rope_cpu_tensor_rejected(fused):
+    pos, q, k, cache, arg = _rope_inputs("cpu", fused=fused)
+    with raises_op_error(ROPE_OP, "q", "CUDA tensor"):
+        sgl_kernel.apply_rope_with_cos_sin_cache_inplace(pos, q, k, 64, cache, True, arg)
+    q3, k3 = q.view(6, -1, 64), k.view(6, -1, 64)
+    with raises_op_error(ROPE_OP, "q", "CUDA tensor"):
+        getattr(torch.ops.sgl_kernel, ROPE_OP).default(q3, k3, q3, k3, cache, pos, False, False, None, None, None,
+                                                       None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("fused", [False, True])
+def test_rope_wrapper_cache_dtype(dtype, fused):
+    """ValueError for a cos_sin_cache that is not float32, checked before anything else
+    (API.md 2.1.3)."""
+    pos, q, k, cache, arg = _rope_inputs("cpu", fused=fused)
+    if fused:
+        arg.k_scale = 1.0  # would be an AssertionError: the cache dtype comes first
+    with pytest.raises(ValueError, match="cos_sin_cache"):
+        sgl_kernel.apply_rope_with_cos_sin_cache_inplace(pos, q, k, 64, cache.to(dtype), True, arg)
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("k_scale", 1.0, "k_scale"),
+        ("v_scale", 0.5, "v_scale"),
+        ("cache_loc", torch.zeros(6, dtype=torch.int32), "cache_loc"),
+        ("cache_loc", torch.zeros(6, dtype=torch.float32), "cache_loc"),
+    ],
+)
+def test_rope_wrapper_fused_asserts(field, value, match):
+    """AssertionError where sgl-kernel's wrapper asserts: k_scale / v_scale not None, cache_loc
+    not int64; raised before the op (which would reject the CPU tensors)."""
+    pos, q, k, cache, arg = _rope_inputs("cpu", fused=True)
+    setattr(arg, field, value)
+    with pytest.raises(AssertionError, match=match):
+        sgl_kernel.apply_rope_with_cos_sin_cache_inplace(pos, q, k, 64, cache, True, arg)
 
 
 @pytest.mark.parametrize("op", ACT_OPS)
@@ -403,12 +499,24 @@ def test_act_wrapper_out_shape(op, out_shape):
         getattr(sgl_kernel, op)(x, out=out)
 
 
-def test_act_wrapper_assertion_survives_python_O(tmp_path):
+# A wrapper call that must raise AssertionError, per wrapper.
+ASSERTING_CALLS = {
+    "silu_and_mul": "sgl_kernel.silu_and_mul(torch.ones(2, 8), out=torch.empty(2, 3))",
+    "apply_rope_with_cos_sin_cache_inplace": (
+        "sgl_kernel.apply_rope_with_cos_sin_cache_inplace(torch.zeros(2, dtype=torch.int64), torch.empty(2, 128), "
+        "torch.empty(2, 64), 64, torch.empty(8, 64), True, sgl_kernel.FusedSetKVBufferArg(torch.empty(2, 64), "
+        "torch.empty(4, 64), torch.empty(4, 64), 1.0, None, torch.zeros(2, dtype=torch.int64)))"
+    ),
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(ASSERTING_CALLS))
+def test_wrapper_assertion_survives_python_O(wrapper, tmp_path):
     """API.md 1.4: AssertionError is raised explicitly, so ``python -O`` keeps it."""
     code = (
         "import torch, sgl_kernel\n"
         "try:\n"
-        "    sgl_kernel.silu_and_mul(torch.ones(2, 8), out=torch.empty(2, 3))\n"
+        f"    {ASSERTING_CALLS[wrapper]}\n"
         "except AssertionError:\n"
         "    raise SystemExit(0)\n"
         "raise SystemExit(3)\n"

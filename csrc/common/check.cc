@@ -2,6 +2,9 @@
 // Definitions of the bindings' check vocabulary (include/sgl_kernel/check.h).
 #include "sgl_kernel/check.h"
 
+#include <ATen/ops/any.h>
+#include <ATen/ops/nonzero.h>
+
 #include <cstdlib>
 #include <sstream>
 
@@ -152,6 +155,21 @@ bool debug_mode() {
     return v != nullptr && v[0] != '\0' && v[0] != '0';
   }();
   return on;
+}
+
+void debug_check_indices(const char* op, const char* name, const at::Tensor& idx, int64_t limit, const char* what,
+                         cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (status != cudaStreamCaptureStatusNone) return;
+  const at::Tensor bad = idx.lt(0).logical_or(idx.ge(limit));
+  if (!bad.any().item<bool>()) return;
+  const int64_t i = bad.nonzero().select(0, 0).select(0, 0).item<int64_t>();
+  SGL_CHECK(false, op, name, "[", i, "] = ", idx.select(0, i).item<int64_t>(), " is outside [0, ", limit, ") (",
+            what, "); SGL_KERNEL_DEBUG=1 turns this skipped index into an error");
 }
 
 void check_launch(const char* op, cudaError_t err) {

@@ -81,7 +81,6 @@ struct DowncastFp8Params {
   const int64_t* loc;      // [tokens]
   int64_t tokens, row, slots;
   int64_t mult, offset;
-  int* error_flag;         // nullptr, or a device int set to 1 on an out-of-range slot (debug)
   bool enable_pdl;
 };
 
@@ -97,5 +96,47 @@ struct CopyNoCeParams {
 };
 
 cudaError_t launch_copy_to_gpu_no_ce(const CopyNoCeParams& params, cudaStream_t stream);
+
+// RoPE with a float32 cos/sin cache, in place or out of place, with the optional fused write
+// of the rotated key and of the value into a KV cache (apply_rope_pos_ids_cos_sin_cache).
+// Strides are in elements; the last dimension of every [rows, heads, head_size] tensor is
+// contiguous, and the launcher expects every tensor pointer and stride 16-byte aligned
+// (the bindings check it). Per token i with p = pos_ids[i] (skipped, nothing written, when
+// p is outside [0, max_pos)):
+//   q_rope[i] = rope(q[i]), k_rope[i] = rope(k[i]) and, when v != nullptr and
+//   l = kv_cache_loc[i] is a row of the buffer, k_buffer[l] = k_rope[i], v_buffer[l] = v[i].
+template <typename T>
+struct RopeParams {
+  const T* q;                   // [nnz, num_q_heads, head_size]
+  const T* k;                   // [nnz, num_k_heads, head_size]
+  T* q_rope;                    // [nnz, num_q_heads, head_size]; may be q itself
+  T* k_rope;                    // [nnz, num_k_heads, head_size]; may be k itself
+  const float* cos_sin_cache;   // [max_pos, rotary_dim], contiguous: cos | sin halves
+  const void* pos_ids;          // [nnz], int32 or int64 (pos_ids_int64)
+  const T* v;                   // [nnz, num_v_heads, head_size]; nullptr: no KV write
+  T* k_buffer;                  // [k_buffer_rows, num_k_heads, head_size]
+  T* v_buffer;                  // [v_buffer_rows, num_v_heads, head_size]
+  const int64_t* kv_cache_loc;  // [nnz]
+  int64_t q_stride_n, q_stride_h;
+  int64_t k_stride_n, k_stride_h;
+  int64_t q_rope_stride_n, q_rope_stride_h;
+  int64_t k_rope_stride_n, k_rope_stride_h;
+  int64_t v_stride_n, v_stride_h;
+  int64_t k_buffer_stride_n, k_buffer_stride_h;
+  int64_t v_buffer_stride_n, v_buffer_stride_h;
+  int64_t nnz;
+  int64_t max_pos;
+  int64_t k_buffer_rows, v_buffer_rows;
+  int num_q_heads, num_k_heads, num_v_heads;
+  int head_size;                // multiple of 16, at most 512
+  int rotary_dim;               // multiple of 16, at most head_size
+  bool pos_ids_int64;
+  bool interleave;              // GPT-J pairs (2j, 2j + 1); false: NeoX halves (j, j + R/2)
+  bool enable_pdl;              // programmatic dependent launch (sm90+)
+};
+
+// T: half, __nv_bfloat16.
+template <typename T>
+cudaError_t launch_rope(const RopeParams<T>& params, cudaStream_t stream);
 
 }  // namespace sgl_kernel::elementwise

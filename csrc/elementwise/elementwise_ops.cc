@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bindings of the elementwise family: schemas, checks, dispatch to the launchers of
 // elementwise.h.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/mul.h>
 #include <torch/library.h>
 
 #include "elementwise/elementwise.h"
@@ -300,8 +304,11 @@ void downcast_fp8(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_out, a
   require_kernel(op, "elementwise", kArchs, k);
   const c10::cuda::CUDAGuard guard(k.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(k.get_device()).stream();
-  at::Tensor flag;
-  if (debug_mode()) flag = at::zeros({1}, k.options().dtype(at::kInt));
+  if (debug_mode()) {
+    debug_check_indices(op, "loc", at::add(at::mul(loc, mult), offset), k_out.size(0),
+                        "k_out/v_out rows, as loc * mult + offset",
+                        stream);
+  }
   if constexpr (kBuilt) {
     const cudaError_t err = dispatch_half(op, "k", k.scalar_type(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -318,15 +325,10 @@ void downcast_fp8(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_out, a
       p.slots = k_out.size(0);
       p.mult = mult;
       p.offset = offset;
-      p.error_flag = flag.defined() ? flag.data_ptr<int>() : nullptr;
       p.enable_pdl = pdl_supported(k);
       return launch_downcast_fp8<T>(p, stream);
     });
     check_launch(op, err);
-  }
-  if (flag.defined()) {
-    SGL_CHECK(flag.item<int>() == 0, op, "a slot loc * mult + offset is outside [0, ", k_out.size(0),
-              ") (SGL_KERNEL_DEBUG=1)");
   }
 }
 
@@ -356,6 +358,180 @@ void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output) {
   if constexpr (kBuilt) check_launch(op, launch_copy_to_gpu_no_ce(p, stream));
 }
 
+// ---------------------------------------------------------------------------------------
+// RoPE
+
+constexpr const char* kRopeOp = "apply_rope_pos_ids_cos_sin_cache";
+
+// [rows, heads, head_size] with a contiguous last dimension, 16-byte aligned data pointer and
+// row/head strides (the kernel moves 16-byte vectors).
+void check_rope_operand(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                        const at::Tensor& ref) {
+  check_same_device(op, name, t, ref_name, ref);
+  check_same_dtype(op, name, t, ref_name, ref);
+  check_dim(op, name, t, 3);
+  check_last_dim_contiguous(op, name, t);
+}
+
+void check_aligned_16(const char* op, const char* name, const at::Tensor& t) {
+  const int64_t elem = static_cast<int64_t>(t.element_size());
+  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) ok = ok && (t.size(d) <= 1 || (t.stride(d) * elem) % 16 == 0);
+  SGL_CHECK(ok, op, name, " must be 16-byte aligned (data pointer and the strides of every dimension but the "
+            "last a multiple of 16 bytes), got data pointer % 16 = ", reinterpret_cast<uintptr_t>(t.data_ptr()) % 16,
+            ", strides ", t.strides(), " (element size ", elem, ")");
+}
+
+// `out` is either `in` itself (same data pointer and strides: computed in place) or another
+// tensor; the same data pointer with other strides would read elements another thread writes.
+void check_in_place(const char* op, const char* name, const at::Tensor& out, const char* in_name,
+                    const at::Tensor& in) {
+  SGL_CHECK(out.data_ptr() != in.data_ptr() || out.strides() == in.strides(), op, name, " must either be ",
+            in_name, " itself (same data pointer and strides) or another tensor, got the data pointer of ", in_name,
+            " with strides ", out.strides(), " instead of ", in.strides());
+}
+
+// q_rope, k_rope = rope(q), rope(k) with cos/sin rows cos_sin_cache[pos_ids]; with v given,
+// also k_buffer[kv_cache_loc] = k_rope and v_buffer[kv_cache_loc] = v.
+void apply_rope_pos_ids_cos_sin_cache(const at::Tensor& q, const at::Tensor& k, at::Tensor& q_rope,
+                                      at::Tensor& k_rope, const at::Tensor& cos_sin_cache,
+                                      const at::Tensor& pos_ids, bool interleave, bool enable_pdl,
+                                      const std::optional<at::Tensor>& v, const std::optional<at::Tensor>& k_buffer,
+                                      const std::optional<at::Tensor>& v_buffer,
+                                      const std::optional<at::Tensor>& kv_cache_loc) {
+  const char* op = kRopeOp;
+  check_cuda(op, "q", q);
+  check_dtype(op, "q", q, {at::kBFloat16, at::kHalf});
+  check_dim(op, "q", q, 3);
+  check_last_dim_contiguous(op, "q", q);
+  const int64_t nnz = q.size(0);
+  const int64_t head_size = q.size(2);
+  SGL_CHECK(head_size % 16 == 0 && head_size >= 16 && head_size <= 512, op,
+            "q.shape[2] (head_size) must be a multiple of 16 in [16, 512], got ", head_size);
+  check_rope_operand(op, "k", k, "q", q);
+  check_size(op, "k", k, 0, nnz, "q.shape[0], tokens");
+  check_size(op, "k", k, 2, head_size, "q.shape[2], head_size");
+  check_rope_operand(op, "q_rope", q_rope, "q", q);
+  check_leading_dims(op, "q_rope", q_rope, "q", q, 3);
+  check_rope_operand(op, "k_rope", k_rope, "k", k);
+  check_leading_dims(op, "k_rope", k_rope, "k", k, 3);
+
+  check_same_device(op, "cos_sin_cache", cos_sin_cache, "q", q);
+  check_dtype(op, "cos_sin_cache", cos_sin_cache, {at::kFloat});
+  check_dim(op, "cos_sin_cache", cos_sin_cache, 2);
+  check_contiguous(op, "cos_sin_cache", cos_sin_cache);
+  const int64_t rotary_dim = cos_sin_cache.size(1);
+  SGL_CHECK(rotary_dim % 16 == 0 && rotary_dim >= 16 && rotary_dim <= head_size, op,
+            "cos_sin_cache.shape[1] (rotary_dim) must be a multiple of 16 in [16, head_size = ", head_size,
+            "], got ", rotary_dim);
+  SGL_CHECK(reinterpret_cast<uintptr_t>(cos_sin_cache.data_ptr()) % 16 == 0, op,
+            "cos_sin_cache must be 16-byte aligned, got data pointer % 16 = ",
+            reinterpret_cast<uintptr_t>(cos_sin_cache.data_ptr()) % 16);
+
+  check_same_device(op, "pos_ids", pos_ids, "q", q);
+  check_dtype(op, "pos_ids", pos_ids, {at::kLong, at::kInt});
+  check_dim(op, "pos_ids", pos_ids, 1);
+  check_size(op, "pos_ids", pos_ids, 0, nnz, "q.shape[0], tokens");
+  check_contiguous(op, "pos_ids", pos_ids);
+
+  // The fused KV-cache write takes all four optional tensors or none.
+  const bool fused = v.has_value() || k_buffer.has_value() || v_buffer.has_value() || kv_cache_loc.has_value();
+  if (fused) {
+    const char* missing = !v.has_value()              ? "v"
+                          : !k_buffer.has_value()     ? "k_buffer"
+                          : !v_buffer.has_value()     ? "v_buffer"
+                          : !kv_cache_loc.has_value() ? "kv_cache_loc"
+                                                      : nullptr;
+    SGL_CHECK(missing == nullptr, op, missing,
+              " must be given: the fused KV-cache write takes v, k_buffer, v_buffer and kv_cache_loc together, got None");
+    check_rope_operand(op, "v", *v, "k", k);
+    check_size(op, "v", *v, 0, nnz, "q.shape[0], tokens");
+    check_size(op, "v", *v, 2, head_size, "q.shape[2], head_size");
+    check_rope_operand(op, "k_buffer", *k_buffer, "k", k);
+    check_size(op, "k_buffer", *k_buffer, 1, k.size(1), "k.shape[1], key heads");
+    check_size(op, "k_buffer", *k_buffer, 2, head_size, "q.shape[2], head_size");
+    check_rope_operand(op, "v_buffer", *v_buffer, "v", *v);
+    check_size(op, "v_buffer", *v_buffer, 1, v->size(1), "v.shape[1], value heads");
+    check_size(op, "v_buffer", *v_buffer, 2, head_size, "q.shape[2], head_size");
+    check_same_device(op, "kv_cache_loc", *kv_cache_loc, "q", q);
+    check_dtype(op, "kv_cache_loc", *kv_cache_loc, {at::kLong});
+    check_dim(op, "kv_cache_loc", *kv_cache_loc, 1);
+    check_size(op, "kv_cache_loc", *kv_cache_loc, 0, nnz, "q.shape[0], tokens");
+    check_contiguous(op, "kv_cache_loc", *kv_cache_loc);
+  }
+
+  check_aligned_16(op, "q", q);
+  check_aligned_16(op, "k", k);
+  check_aligned_16(op, "q_rope", q_rope);
+  check_aligned_16(op, "k_rope", k_rope);
+  if (fused) {
+    check_aligned_16(op, "v", *v);
+    check_aligned_16(op, "k_buffer", *k_buffer);
+    check_aligned_16(op, "v_buffer", *v_buffer);
+  }
+  check_in_place(op, "q_rope", q_rope, "q", q);
+  check_in_place(op, "k_rope", k_rope, "k", k);
+  if (nnz == 0) return;
+  require_kernel(op, "elementwise", kArchs, q);
+
+  const c10::cuda::CUDAGuard guard(q.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  if (debug_mode()) {
+    debug_check_indices(op, "pos_ids", pos_ids, cos_sin_cache.size(0), "cos_sin_cache rows", stream);
+    if (fused) {
+      debug_check_indices(op, "kv_cache_loc", *kv_cache_loc, std::min(k_buffer->size(0), v_buffer->size(0)),
+                          "k_buffer / v_buffer rows", stream);
+    }
+  }
+  const bool pdl = enable_pdl && pdl_supported(q);
+  if constexpr (kBuilt) {
+    const cudaError_t err = dispatch_half(op, "q", q.scalar_type(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      RopeParams<T> p{};
+      p.q = static_cast<const T*>(q.data_ptr());
+      p.k = static_cast<const T*>(k.data_ptr());
+      p.q_rope = static_cast<T*>(q_rope.data_ptr());
+      p.k_rope = static_cast<T*>(k_rope.data_ptr());
+      p.cos_sin_cache = static_cast<const float*>(cos_sin_cache.data_ptr());
+      p.pos_ids = pos_ids.data_ptr();
+      p.q_stride_n = q.stride(0);
+      p.q_stride_h = q.stride(1);
+      p.k_stride_n = k.stride(0);
+      p.k_stride_h = k.stride(1);
+      p.q_rope_stride_n = q_rope.stride(0);
+      p.q_rope_stride_h = q_rope.stride(1);
+      p.k_rope_stride_n = k_rope.stride(0);
+      p.k_rope_stride_h = k_rope.stride(1);
+      if (fused) {
+        p.v = static_cast<const T*>(v->data_ptr());
+        p.k_buffer = static_cast<T*>(k_buffer->data_ptr());
+        p.v_buffer = static_cast<T*>(v_buffer->data_ptr());
+        p.kv_cache_loc = static_cast<const int64_t*>(kv_cache_loc->data_ptr());
+        p.v_stride_n = v->stride(0);
+        p.v_stride_h = v->stride(1);
+        p.k_buffer_stride_n = k_buffer->stride(0);
+        p.k_buffer_stride_h = k_buffer->stride(1);
+        p.v_buffer_stride_n = v_buffer->stride(0);
+        p.v_buffer_stride_h = v_buffer->stride(1);
+        p.k_buffer_rows = k_buffer->size(0);
+        p.v_buffer_rows = v_buffer->size(0);
+        p.num_v_heads = static_cast<int>(v->size(1));
+      }
+      p.nnz = nnz;
+      p.max_pos = cos_sin_cache.size(0);
+      p.num_q_heads = static_cast<int>(q.size(1));
+      p.num_k_heads = static_cast<int>(k.size(1));
+      p.head_size = static_cast<int>(head_size);
+      p.rotary_dim = static_cast<int>(rotary_dim);
+      p.pos_ids_int64 = pos_ids.scalar_type() == at::kLong;
+      p.interleave = interleave;
+      p.enable_pdl = pdl;
+      return launch_rope<T>(p, stream);
+    });
+    check_launch(op, err);
+  }
+}
+
 // One registration for CUDA and CPU tensors: for CPU tensors the checks raise the op's own
 // "must be a CUDA tensor" message instead of the dispatcher's "could not run ... CPU".
 void register_impls(torch::Library& m) {
@@ -370,6 +546,7 @@ void register_impls(torch::Library& m) {
   m.impl("silu_and_mul", &silu_and_mul);
   m.impl("gelu_and_mul", &gelu_and_mul);
   m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul);
+  m.impl("apply_rope_pos_ids_cos_sin_cache", &apply_rope_pos_ids_cos_sin_cache);
 }
 
 }  // namespace
@@ -400,6 +577,13 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("concat_mla_k(Tensor! k, Tensor k_nope, Tensor k_rope) -> ()");
   // out = cat([a, b], dim=-1)
   m.def("concat_mla_absorb_q(Tensor a, Tensor b, Tensor! out) -> ()");
+
+  // q_rope, k_rope = RoPE(q, k) with float32 cos/sin rows cos_sin_cache[pos_ids] (q_rope/k_rope
+  // may be q/k); with v given, also k_buffer[kv_cache_loc] = k_rope, v_buffer[kv_cache_loc] = v
+  m.def(
+      "apply_rope_pos_ids_cos_sin_cache(Tensor q, Tensor k, Tensor! q_rope, Tensor! k_rope, "
+      "Tensor cos_sin_cache, Tensor pos_ids, bool interleave, bool enable_pdl, Tensor? v, "
+      "Tensor!? k_buffer, Tensor!? v_buffer, Tensor? kv_cache_loc) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) { register_impls(m); }

@@ -57,6 +57,12 @@ bool pdl_supported(const at::Tensor& t);
 // and a bad one raises instead of being skipped (API.md 1.4; the op may synchronise).
 bool debug_mode();
 
+// For debug_mode(): raise if any value of the index tensor `idx` lies outside [0, limit),
+// naming the first one (`what` says what the index addresses). Synchronises; does nothing
+// while `stream` is being captured into a CUDA graph.
+void debug_check_indices(const char* op, const char* name, const at::Tensor& idx, int64_t limit, const char* what,
+                         cudaStream_t stream);
+
 // Raise if a launcher returned an error.
 void check_launch(const char* op, cudaError_t err);
 
