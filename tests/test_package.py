@@ -49,11 +49,17 @@ OP_SCHEMAS = {
     # 3.1
     "custom_relu": "custom_relu(Tensor input) -> Tensor",
     "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
+    # 3.2 (sgl-kernel's op; our schema marks the written caches)
+    "store_kv_cache": "store_kv_cache(Tensor! k_cache, Tensor! v_cache, Tensor out_loc, Tensor k, Tensor v) -> ()",
+    # 3.3
+    "embedding_lookup": "embedding_lookup(Tensor! out, Tensor weight, Tensor indices, int vocab_start, int vocab_length) -> ()",
+    # 3.4
+    "fast_compare_key": "fast_compare_key(Tensor x, Tensor y) -> int",
 }
 
 # Ops registered for the CPU dispatch key only (API.md: fast_compare_key). Every other op
 # has a CUDA kernel, and build_info() reports it unavailable without a GPU.
-CPU_OPS: set = set()
+CPU_OPS: set = {"fast_compare_key"}
 
 # public name -> (module it lives in, parameter list exactly as API.md writes it after "py: ")
 PUBLIC_FUNCTIONS = {
@@ -76,6 +82,9 @@ PUBLIC_FUNCTIONS = {
     ),
     "custom_relu": ("sgl_kernel.project", "input"),
     "fused_add_relu": ("sgl_kernel.project", "input, bias"),
+    "embedding_lookup": ("sgl_kernel.project", "weight, indices, *, vocab_range=None, out=None"),
+    "fast_compare_key": ("sgl_kernel.project", "x, y"),
+    "set_kv_buffer_kernel": ("sgl_kernel.memory", "k_cache, v_cache, loc, k, v, fallback=False"),
     "build_info": ("sgl_kernel.info", ""),
     "is_arch_support_pdl": ("sgl_kernel.utils", ""),
     "is_hopper_or_later_arch": ("sgl_kernel.utils", ""),
@@ -386,6 +395,30 @@ def test_fake_rope(fused, dtype):
                                                               *kv) is None
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5)])
+def test_fake_embedding_lookup(dtype, shape):
+    with FakeTensorMode():
+        weight = torch.empty(100, 24, dtype=dtype, device="cuda")
+        indices = torch.empty(shape, dtype=torch.int64, device="cuda")
+        for vocab_range in (None, (10, 50)):
+            out = sgl_kernel.embedding_lookup(weight, indices, vocab_range=vocab_range)
+            assert out.shape == (*shape, 24) and out.dtype == dtype and out.device.type == "cuda"
+            assert out.is_contiguous()
+        given = torch.empty((*shape, 24), dtype=dtype, device="cuda")
+        assert sgl_kernel.embedding_lookup(weight, indices, out=given) is given
+        assert torch.ops.sgl_kernel.embedding_lookup.default(given, weight, indices, 0, -1) is None
+
+
+def test_fake_store_kv_cache():
+    with FakeTensorMode():
+        pool = torch.empty(64, 2, 8, 128, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(5, 8, 128, dtype=torch.bfloat16, device="cuda")
+        loc = torch.empty(5, dtype=torch.int64, device="cuda")
+        assert torch.ops.sgl_kernel.store_kv_cache.default(pool[:, 0], pool[:, 1], loc, k, k) is None
+        assert sgl_kernel.set_kv_buffer_kernel(pool[:, 0], pool[:, 1], loc, k, k) is None
+
+
 # ---------------------------------------------------------------------------------------
 # Bad inputs that need no GPU
 
@@ -449,6 +482,85 @@ def test_rope_wrapper_fused_asserts(field, value, match):
     setattr(arg, field, value)
     with pytest.raises(AssertionError, match=match):
         sgl_kernel.apply_rope_with_cos_sin_cache_inplace(pos, q, k, 64, cache, True, arg)
+
+
+def test_store_kv_cache_cpu_tensor_rejected():
+    cache = torch.zeros(8, 64)
+    with raises_op_error("store_kv_cache", "k_cache", "CUDA tensor"):
+        torch.ops.sgl_kernel.store_kv_cache.default(cache, cache.clone(), torch.tensor([1]), torch.ones(1, 64), torch.ones(1, 64))
+
+
+def test_embedding_lookup_cpu_tensor_rejected():
+    with raises_op_error("embedding_lookup", "weight", "CUDA tensor"):
+        sgl_kernel.embedding_lookup(torch.randn(10, 4), torch.tensor([1, 2]))
+    with raises_op_error("embedding_lookup", "weight", "CUDA tensor"):
+        torch.ops.sgl_kernel.embedding_lookup.default(torch.empty(2, 4), torch.randn(10, 4), torch.tensor([1, 2]), 0, -1)
+
+
+@pytest.mark.parametrize("vocab_range", [(0, 0), (-1, 4), (2, -1), (1,), (1, 2, 3), "ab", (1.5, 2), 7])
+def test_embedding_lookup_bad_vocab_range(vocab_range):
+    """The wrapper refuses a malformed vocab_range with ValueError before the op (a negative
+    length would otherwise select the plain gather)."""
+    with pytest.raises(ValueError, match="sgl_kernel.embedding_lookup: vocab_range"):
+        sgl_kernel.embedding_lookup(torch.randn(10, 4), torch.tensor([1, 2]), vocab_range=vocab_range)
+
+
+def _kv_case():
+    k_cache, v_cache = torch.zeros(8, 2, 32), torch.zeros(8, 2, 32)
+    loc = torch.tensor([6, 1, 3])
+    k, v = torch.randn(3, 2, 32), torch.randn(3, 2, 32)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    expected_k[loc], expected_v[loc] = k, v
+    return (k_cache, v_cache, loc, k, v), (expected_k, expected_v)
+
+
+def test_set_kv_buffer_kernel_falls_back_on_runtime_error():
+    """The op refuses CPU tensors with RuntimeError; the wrapper then indexes (API.md 3.2)."""
+    args, (expected_k, expected_v) = _kv_case()
+    assert sgl_kernel.set_kv_buffer_kernel(*args) is None
+    assert torch.equal(args[0], expected_k) and torch.equal(args[1], expected_v)
+
+
+def test_set_kv_buffer_kernel_fallback_flag_skips_the_op(monkeypatch):
+    from sgl_kernel import memory
+
+    def never(*args):
+        raise AssertionError("the op must not run with fallback=True")
+
+    monkeypatch.setattr(memory, "_store_kv_cache", never)
+    args, (expected_k, expected_v) = _kv_case()
+    sgl_kernel.set_kv_buffer_kernel(*args, fallback=True)
+    assert torch.equal(args[0], expected_k) and torch.equal(args[1], expected_v)
+
+
+def test_set_kv_buffer_kernel_passes_debug_errors_on(monkeypatch):
+    """An out-of-range location found under SGL_KERNEL_DEBUG=1 is raised, not indexed."""
+    from sgl_kernel import memory
+
+    msg = "sgl_kernel.store_kv_cache: out_loc[0] = -1 is out of range [0, 8) (k_cache.shape[0]) (SGL_KERNEL_DEBUG=1)"
+
+    def debug_error(*args):
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(memory, "_store_kv_cache", debug_error)
+    args, _ = _kv_case()
+    snapshot = args[0].clone()
+    with pytest.raises(RuntimeError, match="out of range"):
+        sgl_kernel.set_kv_buffer_kernel(*args)
+    assert torch.equal(args[0], snapshot)
+
+
+def test_set_kv_buffer_kernel_other_exceptions_propagate(monkeypatch):
+    """Only RuntimeError means "unsupported, fall back"; anything else is a bug to surface."""
+    from sgl_kernel import memory
+
+    def type_error(*args):
+        raise TypeError("boom")
+
+    monkeypatch.setattr(memory, "_store_kv_cache", type_error)
+    args, _ = _kv_case()
+    with pytest.raises(TypeError, match="boom"):
+        sgl_kernel.set_kv_buffer_kernel(*args)
 
 
 @pytest.mark.parametrize("op", ACT_OPS)

@@ -3,7 +3,10 @@
 #include "sgl_kernel/check.h"
 
 #include <ATen/ops/any.h>
-#include <ATen/ops/nonzero.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/logical_or.h>
+#include <ATen/ops/lt.h>
 
 #include <cstdlib>
 #include <sstream>
@@ -150,11 +153,9 @@ bool pdl_supported(const at::Tensor& t) {
 }
 
 bool debug_mode() {
-  static const bool on = [] {
-    const char* v = std::getenv("SGL_KERNEL_DEBUG");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
-  return on;
+  // Read at every call (one getenv), so tests and users can switch it at run time.
+  const char* v = std::getenv("SGL_KERNEL_DEBUG");
+  return v != nullptr && v[0] != '\0' && v[0] != '0';
 }
 
 void debug_check_indices(const char* op, const char* name, const at::Tensor& idx, int64_t limit, const char* what,
@@ -164,12 +165,13 @@ void debug_check_indices(const char* op, const char* name, const at::Tensor& idx
     cudaGetLastError();
     return;
   }
-  if (status != cudaStreamCaptureStatusNone) return;
-  const at::Tensor bad = idx.lt(0).logical_or(idx.ge(limit));
+  if (status != cudaStreamCaptureStatusNone) return;  // no sync inside a graph capture
+  const at::Tensor flat = idx.reshape({-1}).to(at::kLong);  // int64 compares: limit may not fit int32
+  const at::Tensor bad = flat.lt(0).logical_or(flat.ge(limit));
   if (!bad.any().item<bool>()) return;
-  const int64_t i = bad.nonzero().select(0, 0).select(0, 0).item<int64_t>();
-  SGL_CHECK(false, op, name, "[", i, "] = ", idx.select(0, i).item<int64_t>(), " is outside [0, ", limit, ") (",
-            what, "); SGL_KERNEL_DEBUG=1 turns this skipped index into an error");
+  const int64_t pos = bad.to(at::kByte).argmax().item<int64_t>();
+  SGL_CHECK(false, op, name, idx.dim() == 1 ? "" : ".flatten()", "[", pos, "] = ", flat[pos].item<int64_t>(),
+            " is outside [0, ", limit, ") (", what, "); SGL_KERNEL_DEBUG=1 turns this skipped index into an error");
 }
 
 void check_launch(const char* op, cudaError_t err) {

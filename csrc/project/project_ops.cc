@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bindings of the project family (API.md section 3).
+#include <algorithm>
+#include <cstdlib>
+
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,29 +21,26 @@ constexpr const char* kArchs = SGL_KERNEL_ARCHS_PROJECT;
 
 // Merge dimensions that are contiguous with each other and drop size-1 dimensions;
 // returns false when more than kMaxStridedDims remain.
-template <typename T>
-bool describe_layout(const at::Tensor& t, ReluParams<T>& p) {
-  p.ndim = 0;
+bool describe_layout(const at::Tensor& t, StridedLayout& layout) {
+  layout.ndim = 0;
   if (t.is_contiguous()) return true;
-  int64_t sizes[64], strides[64];
   int n = 0;
   for (int64_t i = 0; i < t.dim(); ++i) {
     if (t.size(i) == 1) continue;
-    if (n > 0 && strides[n - 1] == t.stride(i) * t.size(i)) {
-      sizes[n - 1] *= t.size(i);
-      strides[n - 1] = t.stride(i);
+    if (n > 0 && layout.strides[n - 1] == t.stride(i) * t.size(i)) {
+      layout.sizes[n - 1] *= t.size(i);
+      layout.strides[n - 1] = t.stride(i);
     } else {
-      sizes[n] = t.size(i);
-      strides[n] = t.stride(i);
+      if (n == kMaxStridedDims) {
+        layout.ndim = 0;
+        return false;
+      }
+      layout.sizes[n] = t.size(i);
+      layout.strides[n] = t.stride(i);
       ++n;
     }
   }
-  if (n > kMaxStridedDims) return false;
-  p.ndim = n;
-  for (int i = 0; i < n; ++i) {
-    p.sizes[i] = sizes[i];
-    p.strides[i] = strides[i];
-  }
+  layout.ndim = n;
   return true;
 }
 
@@ -66,9 +66,8 @@ at::Tensor relu_impl(const char* op, const at::Tensor& input, const at::Tensor* 
       using T = typename decltype(tag)::type;
       ReluParams<T> p{};
       at::Tensor src = input;
-      if (!describe_layout(src, p)) {
+      if (!describe_layout(src, p.layout)) {
         src = input.contiguous();  // NOTE: > kMaxStridedDims irregular dims: rare, one extra copy
-        p.ndim = 0;
       }
       p.out = static_cast<T*>(out.data_ptr());
       p.input = static_cast<const T*>(src.data_ptr());
@@ -88,11 +87,177 @@ at::Tensor fused_add_relu(const at::Tensor& input, const at::Tensor& bias) {
   return relu_impl("fused_add_relu", input, &bias);
 }
 
+// ---------------------------------------------------------------------------------------
+// Row gathers and scatters: store_kv_cache, embedding_lookup
+
+// Elements inside a row (dimensions 1..) are contiguous; the row stride (dimension 0) is free.
+void check_rows_contiguous(const char* op, const char* name, const at::Tensor& t) {
+  int64_t expected = 1;
+  bool ok = true;
+  for (int64_t i = t.dim() - 1; i >= 1; --i) {
+    if (t.size(i) == 0) return;  // empty rows: no layout to check
+    if (t.size(i) != 1 && t.stride(i) != expected) ok = false;
+    expected *= t.size(i);
+  }
+  SGL_CHECK(ok, op, name,
+            " must have contiguous rows (dimensions 1.. contiguous; the stride of dimension 0 is free), "
+            "got shape ", t.sizes(), " with strides ", t.strides());
+}
+
+void check_same_layout(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
+                       const at::Tensor& ref) {
+  SGL_CHECK(t.sizes() == ref.sizes() && t.strides() == ref.strides(), op, name, " must have the shape and strides of ",
+            ref_name, " (shape ", ref.sizes(), ", strides ", ref.strides(), "), got shape ", t.sizes(), ", strides ",
+            t.strides());
+}
+
+int64_t row_numel(const at::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t i = 1; i < t.dim(); ++i) n *= t.size(i);
+  return n;
+}
+
+// k_cache[out_loc[i]] = k[i], v_cache[out_loc[i]] = v[i]
+void store_kv_cache(at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& out_loc, const at::Tensor& k,
+                    const at::Tensor& v) {
+  constexpr const char* op = "store_kv_cache";
+  check_cuda(op, "k_cache", k_cache);
+  check_same_device(op, "v_cache", v_cache, "k_cache", k_cache);
+  check_same_device(op, "out_loc", out_loc, "k_cache", k_cache);
+  check_same_device(op, "k", k, "k_cache", k_cache);
+  check_same_device(op, "v", v, "k_cache", k_cache);
+  check_dtype(op, "out_loc", out_loc, {at::kInt, at::kLong});
+  check_dim(op, "out_loc", out_loc, 1);
+  check_contiguous(op, "out_loc", out_loc);
+  check_min_dim(op, "k_cache", k_cache, 1);
+  check_same_dtype(op, "v_cache", v_cache, "k_cache", k_cache);
+  check_same_layout(op, "v_cache", v_cache, "k_cache", k_cache);
+  check_rows_contiguous(op, "k_cache", k_cache);
+  check_min_dim(op, "k", k, 1);
+  check_size(op, "k", k, 0, out_loc.size(0), "out_loc.shape[0]");
+  check_same_dtype(op, "k", k, "k_cache", k_cache);
+  check_same_dtype(op, "v", v, "k_cache", k_cache);
+  check_same_layout(op, "v", v, "k", k);
+  check_rows_contiguous(op, "k", k);
+  const int64_t row = row_numel(k_cache);
+  SGL_CHECK(row_numel(k) == row, op, "k must have rows of ", row, " elements like k_cache (k_cache.shape[1:] = ",
+            k_cache.sizes().slice(1), "), got k.shape[1:] = ", k.sizes().slice(1));
+  const int64_t elt = static_cast<int64_t>(k_cache.element_size());
+  const int64_t row_bytes = row * elt;
+  SGL_CHECK(row_bytes % 128 == 0, op, "k_cache rows must be a multiple of 128 bytes, got ", row_bytes,
+            " bytes (shape[1:] = ", k_cache.sizes().slice(1), " of ", dtype_name(k_cache.scalar_type()), ")");
+  if (out_loc.numel() == 0 || row_bytes == 0) return;
+  require_kernel(op, "project", kArchs, k_cache);
+
+  const c10::cuda::CUDAGuard guard(k_cache.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(k_cache.get_device()).stream();
+  if (debug_mode()) debug_check_indices(op, "out_loc", out_loc, k_cache.size(0), "k_cache.shape[0]", stream);
+  if constexpr (kBuilt) {
+    StoreKvCacheParams p{};
+    p.k_cache = k_cache.data_ptr();
+    p.v_cache = v_cache.data_ptr();
+    p.k = k.data_ptr();
+    p.v = v.data_ptr();
+    p.out_loc = out_loc.data_ptr();
+    p.n = out_loc.size(0);
+    p.num_slots = k_cache.size(0);
+    p.row_bytes = row_bytes;
+    p.cache_stride = k_cache.stride(0) * elt;
+    p.src_stride = k.stride(0) * elt;
+    p.loc_int64 = out_loc.scalar_type() == at::kLong;
+    p.enable_pdl = pdl_supported(k_cache);
+    check_launch(op, launch_store_kv_cache(p, stream));
+  }
+}
+
+// out[...] = weight[indices[...] - vocab_start], zero rows outside the shard
+void embedding_lookup(at::Tensor& out, const at::Tensor& weight, const at::Tensor& indices, int64_t vocab_start,
+                      int64_t vocab_length) {
+  constexpr const char* op = "embedding_lookup";
+  check_cuda(op, "weight", weight);
+  check_same_device(op, "indices", indices, "weight", weight);
+  check_same_device(op, "out", out, "weight", weight);
+  check_dtype(op, "weight", weight, {at::kBFloat16, at::kHalf, at::kFloat});
+  check_dtype(op, "indices", indices, {at::kInt, at::kLong});
+  check_same_dtype(op, "out", out, "weight", weight);
+  check_dim(op, "weight", weight, 2);
+  check_last_dim_contiguous(op, "weight", weight);
+  check_dim(op, "out", out, indices.dim() + 1);
+  check_leading_dims(op, "out", out, "indices", indices, indices.dim());
+  check_size(op, "out", out, -1, weight.size(1), "weight.shape[1]");
+  check_contiguous(op, "out", out);
+  const int64_t vocab = weight.size(0);
+  if (vocab_length < 0) {
+    SGL_CHECK(vocab_start == 0, op, "vocab_start must be 0 for a plain gather (vocab_length < 0), got ",
+              vocab_start);
+  } else {
+    SGL_CHECK(vocab_start >= 0, op, "vocab_start must be >= 0, got ", vocab_start);
+    SGL_CHECK(vocab_length > 0 && vocab_length <= vocab, op, "vocab_length must be in [1, ", vocab,
+              "] (weight.shape[0]), or negative for a plain gather, got ", vocab_length);
+  }
+  if (out.numel() == 0) return;
+  require_kernel(op, "project", kArchs, weight);
+
+  const c10::cuda::CUDAGuard guard(weight.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(weight.get_device()).stream();
+  if (vocab_length < 0 && debug_mode()) {
+    debug_check_indices(op, "indices", indices, vocab, "weight.shape[0]", stream);
+  }
+  if constexpr (kBuilt) {
+    EmbeddingLookupParams p{};
+    at::Tensor idx = indices;
+    if (!describe_layout(idx, p.idx_layout)) {
+      idx = indices.contiguous();  // NOTE: > kMaxStridedDims irregular dims: rare, one extra copy
+    }
+    const int64_t elt = static_cast<int64_t>(weight.element_size());
+    p.out = out.data_ptr();
+    p.weight = weight.data_ptr();
+    p.indices = idx.data_ptr();
+    p.num_indices = indices.numel();
+    p.row_bytes = weight.size(1) * elt;
+    p.weight_stride = weight.stride(0) * elt;
+    p.vocab_start = vocab_length < 0 ? 0 : vocab_start;
+    p.num_valid = vocab_length < 0 ? vocab : vocab_length;
+    p.indices_int64 = indices.scalar_type() == at::kLong;
+    p.enable_pdl = pdl_supported(weight);
+    check_launch(op, launch_embedding_lookup(p, stream));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// fast_compare_key (CPU)
+
+void check_cpu(const char* op, const char* name, const at::Tensor& t) {
+  SGL_CHECK(t.is_cpu(), op, name, " must be a CPU tensor, got device ", t.device().str());
+}
+
+// Length of the common prefix of x and y. Registered for CPU and, to reject CUDA tensors with
+// this op's own message, for CUDA.
+int64_t fast_compare_key(const at::Tensor& x, const at::Tensor& y) {
+  constexpr const char* op = "fast_compare_key";
+  check_cpu(op, "x", x);
+  check_cpu(op, "y", y);
+  check_dim(op, "x", x, 1);
+  check_dim(op, "y", y, 1);
+  check_dtype(op, "x", x, {at::kInt, at::kLong});
+  check_same_dtype(op, "y", y, "x", x);
+  const int64_t n = std::min(x.size(0), y.size(0));
+  if (n == 0) return 0;
+  if (x.scalar_type() == at::kInt) {
+    return common_prefix_length(x.const_data_ptr<int32_t>(), x.stride(0), y.const_data_ptr<int32_t>(), y.stride(0), n);
+  }
+  return common_prefix_length(x.const_data_ptr<int64_t>(), x.stride(0), y.const_data_ptr<int64_t>(), y.stride(0), n);
+}
+
 // One registration for CUDA and CPU tensors: for CPU tensors the checks raise the op's own
 // "must be a CUDA tensor" message instead of the dispatcher's "could not run ... CPU".
 void register_impls(torch::Library& m) {
   m.impl("custom_relu", &custom_relu);
   m.impl("fused_add_relu", &fused_add_relu);
+  m.impl("store_kv_cache", &store_kv_cache);
+  m.impl("embedding_lookup", &embedding_lookup);
+  // A CPU op: CUDA tensors get its own "must be a CPU tensor" message.
+  m.impl("fast_compare_key", &fast_compare_key);
 }
 
 }  // namespace
@@ -102,6 +267,12 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("custom_relu(Tensor input) -> Tensor");
   // out = max(input + bias, 0), bias broadcast over the last dimension
   m.def("fused_add_relu(Tensor input, Tensor bias) -> Tensor");
+  // k_cache[out_loc[i]] = k[i], v_cache[out_loc[i]] = v[i] (sgl-kernel's op; written caches marked)
+  m.def("store_kv_cache(Tensor! k_cache, Tensor! v_cache, Tensor out_loc, Tensor k, Tensor v) -> ()");
+  // out = weight[indices - vocab_start], zero rows outside [vocab_start, vocab_start + vocab_length)
+  m.def("embedding_lookup(Tensor! out, Tensor weight, Tensor indices, int vocab_start, int vocab_length) -> ()");
+  // length of the common prefix of two 1-D CPU int tensors
+  m.def("fast_compare_key(Tensor x, Tensor y) -> int");
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) { register_impls(m); }

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "project/project.h"
+#include "project/strided.cuh"
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/types.cuh"
@@ -57,20 +58,7 @@ template <typename T, bool kHasBias>
 __global__ void __launch_bounds__(kThreads) relu_scalar_kernel(ReluParams<T> p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < p.numel; i += stride) {
-    int64_t offset = i;
-    if (p.ndim > 0) {
-      offset = 0;
-      int64_t rest = i;
-#pragma unroll
-      for (int k = kMaxStridedDims - 1; k >= 0; --k) {
-        if (k < p.ndim) {
-          const int64_t q = rest / p.sizes[k];
-          offset += (rest - q * p.sizes[k]) * p.strides[k];
-          rest = q;
-        }
-      }
-    }
-    float v = to_float(p.input[offset]);
+    float v = to_float(p.input[strided_offset(p.layout, i)]);
     if constexpr (kHasBias) v += to_float(p.bias[i % p.last_dim]);
     p.out[i] = from_float<T>(relu(v));
   }
@@ -85,7 +73,7 @@ int64_t grid_for(int64_t work) {
 template <typename T, bool kHasBias>
 cudaError_t launch_typed(const ReluParams<T>& p, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
-  const bool vec_ok = p.ndim == 0 && is_aligned16(p.out) && is_aligned16(p.input) &&
+  const bool vec_ok = p.layout.ndim == 0 && is_aligned16(p.out) && is_aligned16(p.input) &&
                       (!kHasBias || (p.last_dim % kVec == 0 && is_aligned16(p.bias)));
   if (vec_ok) {
     const int64_t num_vec = std::max<int64_t>(p.numel / kVec, 1);

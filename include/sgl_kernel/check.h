@@ -57,9 +57,9 @@ bool pdl_supported(const at::Tensor& t);
 // and a bad one raises instead of being skipped (API.md 1.4; the op may synchronise).
 bool debug_mode();
 
-// For debug_mode(): raise if any value of the index tensor `idx` lies outside [0, limit),
-// naming the first one (`what` says what the index addresses). Synchronises; does nothing
-// while `stream` is being captured into a CUDA graph.
+// For debug_mode(): raise if any value of the index tensor `idx` (any shape, int32/int64) lies
+// outside [0, limit), naming the first one (`what` says what the index addresses).
+// Synchronises; does nothing while `stream` is being captured into a CUDA graph.
 void debug_check_indices(const char* op, const char* name, const at::Tensor& idx, int64_t limit, const char* what,
                          cudaStream_t stream);
 

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// Building blocks of the row gathers/scatters (store_kv_cache.cu, embedding_lookup.cu):
+// a row is a byte string copied in chunks of kBytes (16 when every pointer, row pitch and
+// the row size allow it, else the widest of 8, 4, 2, 1 that does), each row by a
+// power-of-two group of threads of a block, several rows per block when rows are short.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+
+#include "sgl_kernel/launch.cuh"
+
+namespace sgl_kernel::project {
+
+// The register type of one kBytes-wide load or store.
+template <int kBytes>
+using Chunk = std::conditional_t<
+    kBytes == 16, uint4,
+    std::conditional_t<kBytes == 8, uint2,
+                       std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 2, uint16_t, uint8_t>>>>;
+
+// The widest chunk (16, 8, 4, 2 or 1 bytes) dividing every value: pointer addresses, row
+// pitches and the row size in bytes.
+inline int chunk_bytes(std::initializer_list<uint64_t> values) {
+  uint64_t bits = 16;
+  for (uint64_t v : values) bits |= v;
+  return static_cast<int>(bits & (~bits + 1));  // lowest set bit
+}
+
+inline uint64_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+template <typename T>
+struct IndexType {
+  using type = T;
+};
+
+// f(std::integral_constant<int, kBytes>{}, IndexType<TIdx>{}) for the chunk width and the
+// index type (int64_t or int32_t) chosen at run time.
+template <typename F>
+cudaError_t dispatch_row_copy(int bytes, bool index_int64, F&& f) {
+  const auto with_width = [&](auto width) {
+    return index_int64 ? f(width, IndexType<int64_t>{}) : f(width, IndexType<int32_t>{});
+  };
+  switch (bytes) {
+    case 16: return with_width(std::integral_constant<int, 16>{});
+    case 8: return with_width(std::integral_constant<int, 8>{});
+    case 4: return with_width(std::integral_constant<int, 4>{});
+    case 2: return with_width(std::integral_constant<int, 2>{});
+    case 1: return with_width(std::integral_constant<int, 1>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Launch shape of a row copy: blocks of kThreads threads; each row is handled by
+// 2^log2_threads_per_row threads (the largest power of two that gives every thread at
+// least `unroll` chunks of the row, at most kThreads), so a block covers
+// kThreads >> log2_threads_per_row rows.
+struct RowTiling {
+  int log2_threads_per_row;
+  dim3 grid;
+};
+
+inline RowTiling row_tiling(int64_t rows, int64_t chunks_per_row, int unroll, int threads) {
+  RowTiling t{0, dim3(1)};
+  while ((int64_t{2} << t.log2_threads_per_row) <= threads &&
+         (int64_t{2} << t.log2_threads_per_row) * unroll <= chunks_per_row) {
+    ++t.log2_threads_per_row;
+  }
+  const int64_t rows_per_block = threads >> t.log2_threads_per_row;
+  // Rows beyond 2^31 - 1 blocks are covered by the kernels' grid-stride loop.
+  const int64_t blocks = ceil_div<int64_t>(rows, rows_per_block);
+  t.grid = dim3(static_cast<uint32_t>(blocks < INT32_MAX ? blocks : INT32_MAX));
+  return t;
+}
+
+}  // namespace sgl_kernel::project
