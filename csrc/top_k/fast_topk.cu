@@ -85,8 +85,8 @@ __device__ __forceinline__ int64_t owner_warp(const Window& w, int64_t pos) {
 }
 
 // Calls f(v[4], g, valid) for every group of the calling warp's chunk, in ascending group
-// order per lane; lane l of a call holds group base + l, so one call of a warp covers 32
-// consecutive groups. `valid` has bit e set when v[e] is inside the window (positions outside
+// order: in call u of an iteration lane l holds group base + 32 u + l, so each call of a warp
+// covers 32 consecutive groups. `valid` has bit e set when v[e] is inside the window (positions outside
 // are never read). Every lane makes the same calls (valid = 0 past the end): f may use warp
 // collectives.
 template <typename F>
