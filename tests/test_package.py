@@ -46,6 +46,10 @@ OP_SCHEMAS = {
         "Tensor cos_sin_cache, Tensor pos_ids, bool interleave, bool enable_pdl, "
         "Tensor? v, Tensor!? k_buffer, Tensor!? v_buffer, Tensor? kv_cache_loc) -> ()"
     ),
+    # 2.1.5 (API.md omits the write marks; 1.2: ours add them)
+    "fast_topk": "fast_topk(Tensor score, Tensor! indices, Tensor lengths, Tensor? row_starts) -> ()",
+    "fast_topk_transform_fused": "fast_topk_transform_fused(Tensor score, Tensor lengths, Tensor! dst_page_table, Tensor src_page_table, Tensor cu_seqlens_q, Tensor? row_starts) -> ()",
+    "fast_topk_transform_ragged_fused": "fast_topk_transform_ragged_fused(Tensor score, Tensor lengths, Tensor! topk_indices_ragged, Tensor topk_indices_offset, Tensor ? row_starts) -> ()",
     # 3.1
     "custom_relu": "custom_relu(Tensor input) -> Tensor",
     "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
@@ -80,6 +84,13 @@ PUBLIC_FUNCTIONS = {
         "positions, query, key, head_size, cos_sin_cache, is_neox=True, fused_set_kv_buffer_arg=None, "
         "enable_pdl=None",
     ),
+    "fast_topk": ("sgl_kernel.top_k", "values, topk, dim"),
+    "fast_topk_v2": ("sgl_kernel.top_k", "score, lengths, topk, row_starts=None"),
+    "fast_topk_transform_fused": (
+        "sgl_kernel.top_k",
+        "score, lengths, page_table_size_1, cu_seqlens_q, topk, row_starts=None",
+    ),
+    "fast_topk_transform_ragged_fused": ("sgl_kernel.top_k", "score, lengths, topk_indices_offset, topk, row_starts=None"),
     "custom_relu": ("sgl_kernel.project", "input"),
     "fused_add_relu": ("sgl_kernel.project", "input, bias"),
     "embedding_lookup": ("sgl_kernel.project", "weight, indices, *, vocab_range=None, out=None"),
@@ -106,7 +117,7 @@ BUILD_INFO_TYPES = {
     "ops": dict,
 }
 REQUIRED_FAMILIES = ("elementwise", "quantization", "gemm", "moe", "attention", "allreduce", "project")
-BUILT_FAMILIES = ("elementwise", "project")  # implemented so far: always compiled in
+BUILT_FAMILIES = ("elementwise", "project", "top_k")  # implemented so far: always compiled in
 
 ACT_OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
 ROPE_OP = "apply_rope_pos_ids_cos_sin_cache"
@@ -419,6 +430,43 @@ def test_fake_store_kv_cache():
         assert sgl_kernel.set_kv_buffer_kernel(pool[:, 0], pool[:, 1], loc, k, k) is None
 
 
+def _topk_wrappers(score, lengths):
+    """The three top-k wrappers with valid extra arguments, as (name, callable(topk))."""
+    table = torch.zeros(score.shape[0], 4096, dtype=torch.int32, device=score.device)
+    cu = torch.arange(score.shape[0] + 1, dtype=torch.int32, device=score.device)
+    return [
+        ("fast_topk_v2", lambda k: sgl_kernel.fast_topk_v2(score, lengths, k)),
+        ("fast_topk_transform_fused", lambda k: sgl_kernel.fast_topk_transform_fused(score, lengths, table, cu, k)),
+        ("fast_topk_transform_ragged_fused", lambda k: sgl_kernel.fast_topk_transform_ragged_fused(score, lengths, lengths, k)),
+    ]
+
+
+def test_fake_topk():
+    with FakeTensorMode():
+        score = torch.empty(5, 4096, device="cuda")
+        lengths = torch.empty(5, dtype=torch.int32, device="cuda")
+        for name, fn in _topk_wrappers(score, lengths):
+            out = fn(2048)
+            assert out.shape == (5, 2048) and out.dtype == torch.int32 and out.device.type == "cuda", name
+        out = torch.empty(5, 2048, dtype=torch.int32, device="cuda")
+        assert torch.ops.sgl_kernel.fast_topk.default(score, out, lengths, None) is None
+
+
+# ---------------------------------------------------------------------------------------
+# fast_topk: pure torch (API.md 2.1.5)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_fast_topk_pure_torch(dim):
+    x = torch.randn(6, 9, generator=torch.Generator().manual_seed(dim + 7))
+    values, indices = sgl_kernel.fast_topk(x, 1, dim)
+    want = torch.max(x, dim=dim, keepdim=True)
+    assert torch.equal(values, want.values) and torch.equal(indices, want.indices)
+    values, indices = sgl_kernel.fast_topk(x, 3, dim)
+    want = torch.topk(x, 3, dim=dim)
+    assert torch.equal(values, want.values) and torch.equal(indices, want.indices)
+
+
 # ---------------------------------------------------------------------------------------
 # Bad inputs that need no GPU
 
@@ -433,6 +481,32 @@ def test_act_cpu_tensor_rejected(op):
         getattr(sgl_kernel, op)(x, out=out)
     with raises_op_error(op, "input", "CUDA tensor"):
         getattr(torch.ops.sgl_kernel, op).default(out, x)
+
+
+def test_topk_cpu_tensor_rejected():
+    score = torch.randn(3, 4096)
+    lengths = torch.full((3,), 4096, dtype=torch.int32)
+    for name, fn in _topk_wrappers(score, lengths):
+        op = "fast_topk" if name == "fast_topk_v2" else name
+        with raises_op_error(op, "score", "CUDA tensor"):
+            fn(2048)
+
+
+@pytest.mark.parametrize("topk", [1, 1024, 2047, 2049, 4096])
+def test_topk_wrapper_requires_2048(topk):
+    """API.md 2.1.5: the wrappers assert topk == 2048 (AssertionError, before any kernel)."""
+    score = torch.randn(3, 4096)
+    lengths = torch.full((3,), 4096, dtype=torch.int32)
+    for name, fn in _topk_wrappers(score, lengths):
+        with pytest.raises(AssertionError, match=f"{name}: topk must be 2048"):
+            fn(topk)
+
+
+@pytest.mark.parametrize("shape", [(4096,), (2, 3, 4096), ()])
+def test_topk_v2_wrapper_requires_2d(shape):
+    score = torch.randn(shape)
+    with pytest.raises(AssertionError, match="fast_topk_v2: score must be 2-D"):
+        sgl_kernel.fast_topk_v2(score, torch.zeros(3, dtype=torch.int32), 2048)
 
 
 def test_relu_cpu_tensor_rejected():
@@ -619,6 +693,7 @@ ASSERTING_CALLS = {
         "torch.empty(2, 64), 64, torch.empty(8, 64), True, sgl_kernel.FusedSetKVBufferArg(torch.empty(2, 64), "
         "torch.empty(4, 64), torch.empty(4, 64), 1.0, None, torch.zeros(2, dtype=torch.int64)))"
     ),
+    "fast_topk_v2": "sgl_kernel.fast_topk_v2(torch.ones(2, 4096), torch.ones(2, dtype=torch.int32), 1024)",
 }
 
 

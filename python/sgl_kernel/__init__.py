@@ -16,4 +16,5 @@ from sgl_kernel.utils import *  # noqa: E402,F401,F403
 from sgl_kernel.elementwise import *  # noqa: E402,F401,F403
 from sgl_kernel.project import *  # noqa: E402,F401,F403
 from sgl_kernel.memory import *  # noqa: E402,F401,F403
+from sgl_kernel.top_k import *  # noqa: E402,F401,F403
 from sgl_kernel.info import build_info  # noqa: E402,F401

@@ -19,13 +19,13 @@ COMPAT_VERSION = "0.3.21"
 
 # Every family name build_info reports (API.md 3.5 and section 4).
 ALL_FAMILIES = (
-    "elementwise", "quantization", "gemm", "moe", "attention", "allreduce", "project",
+    "elementwise", "quantization", "gemm", "moe", "attention", "allreduce", "project", "top_k",
     "sampling", "speculative", "kvcacheio", "grammar", "hadamard", "mamba", "marlin", "fp4",
 )
 
 # Python modules that wrap a compiled family; each defines FAMILY, OPS (op -> minimum
 # arch as 10 * major + minor, 0 for CPU ops) and self_checks().
-FAMILY_MODULES = ("sgl_kernel.elementwise", "sgl_kernel.project", "sgl_kernel.memory")
+FAMILY_MODULES = ("sgl_kernel.elementwise", "sgl_kernel.project", "sgl_kernel.memory", "sgl_kernel.top_k")
 
 
 def family_modules() -> List[ModuleType]:
