@@ -57,7 +57,7 @@ section() { echo; echo "=== $* ($(date +%T))"; }
   if [ "$tests" = 1 ]; then
     section "pytest $test_args"
     # shellcheck disable=SC2086
-    python3 -m pytest $test_args -q -rs -p no:cacheprovider --durations=10
+    timeout "${PYTEST_TIMEOUT:-300}" python3 -m pytest $test_args -q -rfE -p no:cacheprovider --durations=15
   fi
 } 2>&1 | tee "$LOG"
 
