@@ -171,7 +171,7 @@ void debug_check_indices(const char* op, const char* name, const at::Tensor& idx
   if (!bad.any().item<bool>()) return;
   const int64_t pos = bad.to(at::kByte).argmax().item<int64_t>();
   SGL_CHECK(false, op, name, idx.dim() == 1 ? "" : ".flatten()", "[", pos, "] = ", flat[pos].item<int64_t>(),
-            " is outside [0, ", limit, ") (", what, "); SGL_KERNEL_DEBUG=1 turns this skipped index into an error");
+            " is out of range [0, ", limit, ") (", what, ") (SGL_KERNEL_DEBUG=1)");
 }
 
 void check_launch(const char* op, cudaError_t err) {

@@ -5,10 +5,10 @@
 // Fused: residual <- residual + input (rounded to T and stored), then input <- norm(residual).
 //
 // Vector path (hidden % kVec == 0, every pointer and row stride 16-byte aligned, hidden up to
-// 32768 halves / 16384 floats): a group of kThreadsPerRow threads owns one row and keeps it in
-// registers (kVpt 16-byte vectors per thread), so the row is read once and written once;
-// groups narrower than a block share it (kRowsPerBlock rows per block). Otherwise a
-// block-per-row scalar path re-reads the row (from L2) for the second pass.
+// 32768 halves / 16384 floats): a group of kThreadsPerRow threads (a warp for rows up to 4096
+// halves) owns one row and keeps it in registers (kVpt 16-byte vectors per thread), so the
+// row is read once and written once; groups narrower than a block share it (kRowsPerBlock
+// rows per block). Otherwise a block-per-row scalar path re-reads the row (from L2).
 #include <algorithm>
 #include <cstdint>
 
@@ -52,13 +52,21 @@ __device__ __forceinline__ float row_reduce_sum(float v, float* scratch) {
   }
 }
 
+// Rows per block: 256-thread blocks, or 128 when a thread holds 16 vectors (~160 registers:
+// smaller blocks keep three of them resident per SM instead of one).
+template <int kThreadsPerRow, int kVpt>
+constexpr int rows_per_block() {
+  return std::max(1, (kVpt >= 16 ? 128 : 256) / kThreadsPerRow);
+}
+
 template <typename T, int kThreadsPerRow, int kVpt, bool kFused, bool kGemma>
-__global__ void __launch_bounds__(kThreadsPerRow * std::max(1, 256 / kThreadsPerRow))
+__global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow, kVpt>())
     rmsnorm_vec_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   constexpr int kVec = kVec16<T>;
-  constexpr int kRowsPerBlock = std::max(1, 256 / kThreadsPerRow);
-  // The fused kernel writes input and residual, so they cannot go through the read-only path.
-  constexpr LoadPolicy kLoad = kFused ? LoadPolicy::kDefault : LoadPolicy::kStream;
+  constexpr int kRowsPerBlock = rows_per_block<kThreadsPerRow, kVpt>();
+  // Plain loads: the fused kernel writes input and residual (no read-only path), and for the
+  // streaming case plain loads measured as fast or faster (activation sweep).
+  constexpr LoadPolicy kLoad = LoadPolicy::kDefault;
   __shared__ float scratch[kRowsPerBlock * std::max(1, kThreadsPerRow / 32)];
 
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
@@ -157,7 +165,7 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
 
 template <typename T, int kThreadsPerRow, int kVpt, bool kFused, bool kGemma>
 cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = std::max(1, 256 / kThreadsPerRow);
+  constexpr int kRowsPerBlock = rows_per_block<kThreadsPerRow, kVpt>();
   const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, kRowsPerBlock)));
   const dim3 block(kThreadsPerRow, kRowsPerBlock);
   return launch_kernel(rmsnorm_vec_kernel<T, kThreadsPerRow, kVpt, kFused, kGemma>, grid, block, 0, stream,
@@ -175,16 +183,19 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream) {
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
     const int64_t v = p.hidden / kVec;  // 16-byte vectors per row
-    // NOTE: about two vectors per thread for rows up to 4096 halves, so a row is one pass of
-    // loads in flight; wider rows grow the group to 512/1024 threads before kVpt grows.
+    // NOTE: one warp per row up to 16 vectors per lane (4096 halves): each warp issues its
+    // whole row of loads at once and reduces with shuffles, with no block barrier between
+    // its loads and stores. H200, bf16 T=32768 H=4096: 256 threads x 2 vectors per row with
+    // a block barrier reached 1916 GB/s (loads idle while a block reduces and stores);
+    // wider rows add warps per row (one barrier) rather than registers.
     if (v <= 32) return launch_vec<T, 32, 1, kFused, kGemma>(p, rows_inner, stream);
     if (v <= 64) return launch_vec<T, 32, 2, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 128) return launch_vec<T, 64, 2, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 256) return launch_vec<T, 128, 2, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 512) return launch_vec<T, 256, 2, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 1024) return launch_vec<T, 512, 2, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 2048) return launch_vec<T, 1024, 2, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 4096) return launch_vec<T, 1024, 4, kFused, kGemma>(p, rows_inner, stream);
+    if (v <= 128) return launch_vec<T, 32, 4, kFused, kGemma>(p, rows_inner, stream);
+    if (v <= 256) return launch_vec<T, 32, 8, kFused, kGemma>(p, rows_inner, stream);
+    if (v <= 512) return launch_vec<T, 32, 16, kFused, kGemma>(p, rows_inner, stream);
+    if (v <= 1024) return launch_vec<T, 64, 16, kFused, kGemma>(p, rows_inner, stream);
+    if (v <= 2048) return launch_vec<T, 128, 16, kFused, kGemma>(p, rows_inner, stream);
+    if (v <= 4096) return launch_vec<T, 256, 16, kFused, kGemma>(p, rows_inner, stream);
   }
   return launch_kernel(rmsnorm_scalar_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)), dim3(256), 0,
                        stream, p.enable_pdl, p, rows_inner);

@@ -387,8 +387,8 @@ def test_cuda_graph(n, gen):
 
     def refill():
         nk, nv = make_src("contiguous", n, heads, dim, BF16, gen)
-        k.copy_(nk)
-        v.copy_(nv)
+        k.copy_(nk.reshape(k.shape))  # k, v are [n, heads * dim] column slices of a qkv tensor
+        v.copy_(nv.reshape(v.shape))
         loc.copy_(random_locs(n, num_slots, torch.int64, gen))
 
     OP(k_cache, v_cache, loc, k, v)  # warm-up outside the capture; the op must not raise
