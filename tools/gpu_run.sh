@@ -70,8 +70,8 @@ if [ "$bench" = 1 ]; then
     # shellcheck disable=SC2086
     python3 "$script" --out "$bdir/$name" --max-seconds "$max_s" $quick > "$bdir/$name.log" 2>&1
     echo "exit $?" >> "$bdir/$name.log"
+    tar -C "$bdir" -czf "$OUT/bench.tgz" .  # after each: a run cut short keeps what finished
   done
-  tar -C "$bdir" -czf "$OUT/bench.tgz" .
   for log in "$bdir"/*.log; do
     echo; echo "##### $(basename "$log" .log)"
     sed -n '/=== SUMMARY/,$p' "$log" | grep -vE "^(outputs|wall time)" | cut -c1-400
