@@ -75,6 +75,20 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
   if (row_valid) rows_inner.divmod(static_cast<uint32_t>(row), outer, inner);
   const int64_t hidden_vec = p.hidden / kVec;
 
+  // NOTE: with few vectors per lane the weight is loaded with the row, before any store: a
+  // store to `out` or `residual` may alias `weight` for all the compiler knows, so a weight
+  // load placed after a store waits its full latency. With 16 vectors per lane the same
+  // preload costs ~100 registers (255 and spills), so there the weight is read in the output
+  // loop; those configurations only run for many rows, where other warps hide the latency.
+  constexpr bool kPreloadWeight = kVpt <= 4;
+  Vec16<T> w[kPreloadWeight ? kVpt : 1];
+  if constexpr (kPreloadWeight) {
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
+      if (v < hidden_vec) w[k] = load16(p.weight + v * kVec);
+    }
+  }
   SGL_PDL_WAIT();
   Vec16<T> x[kVpt];
   float sum_sq = 0.f;
@@ -109,16 +123,6 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
   }
   sum_sq = row_reduce_sum<kThreadsPerRow>(sum_sq, scratch);
   if (row_valid) {
-    // NOTE: every weight load is issued before the first store: a store to `out` or
-    // `residual` may alias `weight` for all the compiler knows, so a load placed after a store
-    // waits its full latency (16 vectors per lane made that a 16-deep chain: rmsnorm T=1
-    // H=4096 took 4.7 us instead of ~2).
-    Vec16<T> w[kVpt];
-#pragma unroll
-    for (int k = 0; k < kVpt; ++k) {
-      const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
-      if (v < hidden_vec) w[k] = load16(p.weight + v * kVec);
-    }
     const float r = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
     T* out = p.out + row_offset(p.out_rows, outer, inner);
     T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
@@ -127,10 +131,11 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
       const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
       if (v < hidden_vec) {
         if constexpr (kFused) store16(res + v * kVec, x[k]);
+        const Vec16<T> wk = kPreloadWeight ? w[kPreloadWeight ? k : 0] : load16(p.weight + v * kVec);
         Vec16<T> o;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          const float wf = kGemma ? 1.0f + to_float(w[k][e]) : to_float(w[k][e]);
+          const float wf = kGemma ? 1.0f + to_float(wk[e]) : to_float(wk[e]);
           o[e] = from_float<T>(to_float(x[k][e]) * r * wf);
         }
         store16(out + v * kVec, o);
@@ -193,19 +198,29 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream) {
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
     const int64_t v = p.hidden / kVec;  // 16-byte vectors per row
-    // NOTE: one warp per row up to 16 vectors per lane (4096 halves): each warp issues its
-    // whole row of loads at once and reduces with shuffles, with no block barrier between
-    // its loads and stores. H200, bf16 T=32768 H=4096: 256 threads x 2 vectors per row with
-    // a block barrier reached 1916 GB/s (loads idle while a block reduces and stores);
-    // wider rows add warps per row (one barrier) rather than registers.
-    if (v <= 32) return launch_vec<T, 32, 1, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 64) return launch_vec<T, 32, 2, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 128) return launch_vec<T, 32, 4, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 256) return launch_vec<T, 32, 8, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 512) return launch_vec<T, 32, 16, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 1024) return launch_vec<T, 64, 16, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 2048) return launch_vec<T, 128, 16, kFused, kGemma>(p, rows_inner, stream);
-    if (v <= 4096) return launch_vec<T, 256, 16, kFused, kGemma>(p, rows_inner, stream);
+    // NOTE (H200, bf16): many rows: one warp per row up to 16 vectors per lane (4096 halves),
+    // no block barrier between a warp's loads and stores: rmsnorm T=32768 H=4096 3943 GB/s,
+    // where 256 threads x 2 vectors per row with a block barrier reached 1916 GB/s. Few rows
+    // (decode): 2 vectors per lane over more threads, weight preloaded: T=1 H=4096 2.0 us,
+    // where a warp per row took 4.7 us.
+    if (p.rows > 256) {
+      if (v <= 32) return launch_vec<T, 32, 1, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 64) return launch_vec<T, 32, 2, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 128) return launch_vec<T, 32, 4, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 256) return launch_vec<T, 32, 8, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 512) return launch_vec<T, 32, 16, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 1024) return launch_vec<T, 64, 16, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 2048) return launch_vec<T, 128, 16, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 4096) return launch_vec<T, 256, 16, kFused, kGemma>(p, rows_inner, stream);
+    } else {
+      if (v <= 64) return launch_vec<T, 32, 2, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 128) return launch_vec<T, 64, 2, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 256) return launch_vec<T, 128, 2, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 512) return launch_vec<T, 256, 2, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 1024) return launch_vec<T, 512, 2, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 2048) return launch_vec<T, 1024, 2, kFused, kGemma>(p, rows_inner, stream);
+      if (v <= 4096) return launch_vec<T, 1024, 4, kFused, kGemma>(p, rows_inner, stream);
+    }
   }
   return launch_kernel(rmsnorm_scalar_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)), dim3(256), 0,
                        stream, p.enable_pdl, p, rows_inner);
