@@ -59,8 +59,6 @@ constexpr int rows_per_block() {
   return std::max(1, (kVpt >= 16 ? 128 : 256) / kThreadsPerRow);
 }
 
-extern __shared__ __align__(16) unsigned char norm_smem[];  // [hidden] weight, 16-byte vectors
-
 template <typename T, int kThreadsPerRow, int kVpt, bool kFused, bool kGemma>
 __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow, kVpt>())
     rmsnorm_vec_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
@@ -77,6 +75,20 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
   if (row_valid) rows_inner.divmod(static_cast<uint32_t>(row), outer, inner);
   const int64_t hidden_vec = p.hidden / kVec;
 
+  // NOTE: with few vectors per lane the weight is loaded with the row, before any store: a
+  // store to `out` or `residual` may alias `weight` for all the compiler knows, so a weight
+  // load placed after a store waits its full latency. With 16 vectors per lane the same
+  // preload costs ~100 registers (255 and spills), so there the weight is read in the output
+  // loop; those configurations only run for many rows, where other warps hide the latency.
+  constexpr bool kPreloadWeight = kVpt <= 4;
+  Vec16<T> w[kPreloadWeight ? kVpt : 1];
+  if constexpr (kPreloadWeight) {
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
+      if (v < hidden_vec) w[k] = load16(p.weight + v * kVec);
+    }
+  }
   SGL_PDL_WAIT();
   Vec16<T> x[kVpt];
   float sum_sq = 0.f;
@@ -95,18 +107,6 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
         }
       }
     }
-  }
-  // NOTE: the weight goes to shared memory once per block, read after the row loads are in
-  // flight. Kept in registers it cost ~100 registers at 16 vectors per lane; read from global
-  // memory after the first store it formed a serial chain (a store may alias the weight for
-  // all the compiler knows; T=1 H=4096 took 4.7 us). Shared loads cannot alias global stores.
-  {
-    Vec16<T>* ws = reinterpret_cast<Vec16<T>*>(norm_smem);
-    const int tid = threadIdx.y * kThreadsPerRow + threadIdx.x;
-    for (int64_t i = tid; i < hidden_vec; i += kThreadsPerRow * kRowsPerBlock) ws[i] = load16(p.weight + i * kVec);
-  }
-  __syncthreads();
-  if (row_valid) {
     // The sum is rounded (as the stored residual stream is), and that rounded value is what
     // gets normalised.
 #pragma unroll
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
       const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
       if (v < hidden_vec) {
         if constexpr (kFused) store16(res + v * kVec, x[k]);
-        const Vec16<T> wk = reinterpret_cast<const Vec16<T>*>(norm_smem)[v];
+        const Vec16<T> wk = kPreloadWeight ? w[kPreloadWeight ? k : 0] : load16(p.weight + v * kVec);
         Vec16<T> o;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -183,8 +183,7 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
   constexpr int kRowsPerBlock = rows_per_block<kThreadsPerRow, kVpt>();
   const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, kRowsPerBlock)));
   const dim3 block(kThreadsPerRow, kRowsPerBlock);
-  const size_t smem = static_cast<size_t>(p.hidden) * sizeof(T);
-  return launch_kernel(rmsnorm_vec_kernel<T, kThreadsPerRow, kVpt, kFused, kGemma>, grid, block, smem, stream,
+  return launch_kernel(rmsnorm_vec_kernel<T, kThreadsPerRow, kVpt, kFused, kGemma>, grid, block, 0, stream,
                        p.enable_pdl, p, rows_inner);
 }
 
