@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
   if (row_valid) rows_inner.divmod(static_cast<uint32_t>(row), outer, inner);
   const int64_t hidden_vec = p.hidden / kVec;
 
+  SGL_PDL_WAIT();  // before any input is read (the weight included)
   // NOTE: with few vectors per lane the weight is loaded with the row, before any store: a
   // store to `out` or `residual` may alias `weight` for all the compiler knows, so a weight
   // load placed after a store waits its full latency. With 16 vectors per lane the same
@@ -89,7 +90,6 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
       if (v < hidden_vec) w[k] = load16(p.weight + v * kVec);
     }
   }
-  SGL_PDL_WAIT();
   Vec16<T> x[kVpt];
   float sum_sq = 0.f;
   if (row_valid) {
