@@ -70,7 +70,7 @@ def main(argv=None) -> int:
                 status = "FAIL"
                 detail = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[0]
         counts[status] += 1
-        print(f"  {status:<4} {op:<28} {detail}")
+        print(f"  {status:<4} {op:<34} {detail}")
     print(f"\n{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped")
     return 0
 
