@@ -936,3 +936,15 @@ def _round(x: Optional[float], nd: int) -> Optional[float]:
 
 def _fmt_us(us: float) -> str:
     return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 10000 else f"{us:.0f}"
+
+
+def cli_main(build: "Callable[[argparse.Namespace], Bench]", description: str, argv=None) -> int:
+    """The command line every bench_<op>.py shares: parse the harness options, let `build`
+    register cases and providers, raise dynamo's recompile limits when compiling, run."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    Bench.add_args(parser)
+    args = parser.parse_args(argv)
+    bench = build(args)
+    if not args.no_compile:
+        log("torch._dynamo: " + ", ".join(configure_dynamo()))
+    return bench.main(args)

@@ -29,7 +29,7 @@ if sys.path[0] != _ROOT:
 
 import torch  # noqa: E402
 
-from benchmark.harness import Bench, configure_dynamo, log, short_error  # noqa: E402
+from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
 from tests.elementwise.ref_rope import expected_rope, rope_torch  # noqa: E402
 from tests.tolerances import elementwise_tol  # noqa: E402
 
@@ -230,14 +230,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    Bench.add_args(parser)
-    args = parser.parse_args(argv)
-    bench = build(args)
-    if not args.no_compile:
-        applied = configure_dynamo()
-        log("torch._dynamo: " + ", ".join(applied))
-    return bench.main(args)
+    return cli_main(build, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ if sys.path[0] != _ROOT:
 
 import torch  # noqa: E402
 
-from benchmark.harness import Bench, configure_dynamo, log, short_error  # noqa: E402
+from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
 from tests.project.ref_embedding_lookup import embedding_lookup_ref, embedding_lookup_torch  # noqa: E402
 
 OPS = ("embedding_lookup", "embedding_lookup_tp")
@@ -142,13 +142,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    Bench.add_args(parser)
-    args = parser.parse_args(argv)
-    bench = build(args)
-    if not args.no_compile:
-        log("torch._dynamo: " + ", ".join(configure_dynamo()))
-    return bench.main(args)
+    return cli_main(build, __doc__, argv)
 
 
 if __name__ == "__main__":

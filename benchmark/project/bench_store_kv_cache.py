@@ -24,7 +24,7 @@ if sys.path[0] != _ROOT:
 
 import torch  # noqa: E402
 
-from benchmark.harness import Bench, configure_dynamo, log, short_error  # noqa: E402
+from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
 from tests.project.ref_store_kv_cache import store_kv_cache_torch  # noqa: E402
 
 OPS = ("store_kv_cache",)
@@ -115,13 +115,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    Bench.add_args(parser)
-    args = parser.parse_args(argv)
-    bench = build(args)
-    if not args.no_compile:
-        log("torch._dynamo: " + ", ".join(configure_dynamo()))
-    return bench.main(args)
+    return cli_main(build, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ if sys.path[0] != _ROOT:
 
 import torch  # noqa: E402
 
-from benchmark.harness import Bench, GoalResult, configure_dynamo, log, short_error  # noqa: E402
+from benchmark.harness import Bench, GoalResult, cli_main, short_error  # noqa: E402
 from tests.top_k.ref_topk import TOPK, check_topk, topk_torch  # noqa: E402
 
 OP = "fast_topk"
@@ -146,14 +146,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    Bench.add_args(parser)
-    args = parser.parse_args(argv)
-    bench = build(args)
-    if not args.no_compile:
-        applied = configure_dynamo()
-        log("torch._dynamo: " + ", ".join(applied))
-    return bench.main(args)
+    return cli_main(build, __doc__, argv)
 
 
 if __name__ == "__main__":
