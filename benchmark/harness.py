@@ -779,13 +779,8 @@ class Bench:
             log(f"warning: could not write CSV/JSON: {short_error(exc)}")
 
     def _plots(self) -> None:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except Exception as exc:
-            log(f"warning: no plots (matplotlib: {short_error(exc)})")
+        plt = import_pyplot()
+        if plt is None:
             return
         self.plot_files: List[str] = []
         ops = list(dict.fromkeys(r.op for r in self.results))
@@ -936,6 +931,19 @@ def _round(x: Optional[float], nd: int) -> Optional[float]:
 
 def _fmt_us(us: float) -> str:
     return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 10000 else f"{us:.0f}"
+
+
+def import_pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (with a warning) when it cannot load."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        log(f"warning: no plots (matplotlib: {short_error(exc)})")
+        return None
+    return plt
 
 
 def cli_main(build: "Callable[[argparse.Namespace], Bench]", description: str, argv=None) -> int:

@@ -52,7 +52,7 @@ if sys.path[0] != _ROOT:
 
 import torch  # noqa: E402
 
-from benchmark.harness import Bench, GoalResult, cli_main, log, short_error  # noqa: E402
+from benchmark.harness import Bench, GoalResult, cli_main, import_pyplot, log, short_error  # noqa: E402
 from tests.elementwise.ref_mla import (  # noqa: E402
     FP8_SENTINEL,
     concat_mla_absorb_q_ref,
@@ -263,13 +263,8 @@ class MlaCopyBench(Bench):
     FIGURES = (("concat", ("concat_mla_k", "concat_mla_absorb_q")), ("downcast_fp8", ("downcast_fp8",)))
 
     def _plots(self) -> None:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except Exception as exc:
-            log(f"warning: no plots (matplotlib: {short_error(exc)})")
+        plt = import_pyplot()
+        if plt is None:
             return
         self.plot_files = []
         colors = {p.name: f"C{i}" for i, p in enumerate(self.providers)}
