@@ -50,6 +50,29 @@ OP_SCHEMAS = {
     "fast_topk": "fast_topk(Tensor score, Tensor! indices, Tensor lengths, Tensor? row_starts) -> ()",
     "fast_topk_transform_fused": "fast_topk_transform_fused(Tensor score, Tensor lengths, Tensor! dst_page_table, Tensor src_page_table, Tensor cu_seqlens_q, Tensor? row_starts) -> ()",
     "fast_topk_transform_ragged_fused": "fast_topk_transform_ragged_fused(Tensor score, Tensor lengths, Tensor! topk_indices_ragged, Tensor topk_indices_offset, Tensor ? row_starts) -> ()",
+    # 2.2 (API.md omits the write marks on output_q/output_s; 1.2: ours add them)
+    "sgl_per_token_quant_fp8": "sgl_per_token_quant_fp8(Tensor input, Tensor! output_q, Tensor! output_s) -> ()",
+    "sgl_per_tensor_quant_fp8": "sgl_per_tensor_quant_fp8(Tensor input, Tensor! output_q, Tensor! output_s, bool is_static) -> ()",
+    "sgl_per_token_group_quant_8bit": (
+        "sgl_per_token_group_quant_8bit(Tensor input, Tensor! output_q, Tensor! output_s, "
+        "int group_size, float eps, float fp8_min, float fp8_max, bool scale_ue8m0) -> ()"
+    ),
+    "sgl_per_token_group_quant_8bit_v2": (
+        "sgl_per_token_group_quant_8bit_v2(Tensor input, Tensor! output_q, Tensor! output_s, "
+        "int group_size, float eps, float fp8_min, float fp8_max, bool scale_ue8m0, "
+        "bool fuse_silu_and_mul, Tensor? masked_m) -> ()"
+    ),
+    "sgl_per_token_quant_int8": "sgl_per_token_quant_int8(Tensor input, Tensor! output_q, Tensor! output_s) -> ()",
+    "fused_rmsnorm_quant": (
+        "fused_rmsnorm_quant(Tensor! input, Tensor! output_q, Tensor! output_s, Tensor weight, "
+        "int group_size, float rms_eps, float quant_eps, float fp8_min, float fp8_max, "
+        "bool scale_ue8m0, bool enable_pdl) -> ()"
+    ),
+    "fused_add_rmsnorm_quant": (
+        "fused_add_rmsnorm_quant(Tensor! input, Tensor! residual, Tensor! output_q, "
+        "Tensor! output_s, Tensor weight, int group_size, float rms_eps, float quant_eps, "
+        "float fp8_min, float fp8_max, bool scale_ue8m0, bool enable_pdl) -> ()"
+    ),
     # 3.1
     "custom_relu": "custom_relu(Tensor input) -> Tensor",
     "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
@@ -68,6 +91,35 @@ CPU_OPS: set = {"fast_compare_key"}
 # public name -> (module it lives in, parameter list exactly as API.md writes it after "py: ")
 PUBLIC_FUNCTIONS = {
     "rmsnorm": ("sgl_kernel.elementwise", "input, weight, eps=1e-6, out=None, enable_pdl=None"),
+    # 2.2
+    "sgl_per_token_quant_fp8": ("sgl_kernel.gemm", "input, output_q, output_s"),
+    "sgl_per_tensor_quant_fp8": ("sgl_kernel.gemm", "input, output_q, output_s, is_static"),
+    "sgl_per_token_group_quant_8bit": (
+        "sgl_kernel.gemm",
+        "input, output_q, output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0=False, "
+        "fuse_silu_and_mul=False, masked_m=None, enable_v2=None",
+    ),
+    "sgl_per_token_group_quant_fp8": (
+        "sgl_kernel.gemm",
+        "input, output_q, output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0=False, "
+        "fuse_silu_and_mul=False, masked_m=None, enable_v2=None",
+    ),
+    "sgl_per_token_group_quant_int8": (
+        "sgl_kernel.gemm",
+        "input, output_q, output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0=False, "
+        "fuse_silu_and_mul=False, masked_m=None, enable_v2=None",
+    ),
+    "sgl_per_token_quant_int8": ("sgl_kernel.gemm", "input, output_q, output_s"),
+    "fused_rmsnorm_quant": (
+        "sgl_kernel.elementwise",
+        "input, output_q, output_s, weight, group_size, quant_eps, fp8_min, fp8_max, "
+        "scale_ue8m0, rms_eps=1e-6, enable_pdl=None",
+    ),
+    "fused_add_rmsnorm_quant": (
+        "sgl_kernel.elementwise",
+        "input, residual, output_q, output_s, weight, group_size, quant_eps, fp8_min, "
+        "fp8_max, scale_ue8m0, rms_eps=1e-6, enable_pdl=None",
+    ),
     "fused_add_rmsnorm": ("sgl_kernel.elementwise", "input, residual, weight, eps=1e-6, enable_pdl=None"),
     "gemma_rmsnorm": ("sgl_kernel.elementwise", "input, weight, eps=1e-6, out=None, enable_pdl=None"),
     "gemma_fused_add_rmsnorm": ("sgl_kernel.elementwise", "input, residual, weight, eps=1e-6, enable_pdl=None"),
@@ -855,3 +907,9 @@ def test_cli_json(tmp_path):
     assert set(data) == set(expected)
     for key in ("version", "compat_version", "torch_version", "cuda_version", "arch_list", "families", "device", "ops"):
         assert data[key] == expected[key], key
+
+
+def test_group_quant_aliases_are_one_function():
+    """API.md 2.2: the fp8 and int8 names are the same object as the 8-bit function."""
+    assert sgl_kernel.sgl_per_token_group_quant_fp8 is sgl_kernel.sgl_per_token_group_quant_8bit
+    assert sgl_kernel.sgl_per_token_group_quant_int8 is sgl_kernel.sgl_per_token_group_quant_8bit

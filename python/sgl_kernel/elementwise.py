@@ -9,6 +9,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from sgl_kernel.quantization import fused_add_rmsnorm_quant, fused_rmsnorm_quant
 from sgl_kernel.utils import _assert, _resolve_pdl, is_arch_support_pdl
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "fused_add_rmsnorm",
     "gemma_rmsnorm",
     "gemma_fused_add_rmsnorm",
+    "fused_rmsnorm_quant",  # implemented in sgl_kernel.quantization
+    "fused_add_rmsnorm_quant",
     "silu_and_mul",
     "gelu_and_mul",
     "gelu_tanh_and_mul",

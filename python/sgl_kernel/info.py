@@ -25,7 +25,13 @@ ALL_FAMILIES = (
 
 # Python modules that wrap a compiled family; each defines FAMILY, OPS (op -> minimum
 # arch as 10 * major + minor, 0 for CPU ops) and self_checks().
-FAMILY_MODULES = ("sgl_kernel.elementwise", "sgl_kernel.project", "sgl_kernel.memory", "sgl_kernel.top_k")
+FAMILY_MODULES = (
+    "sgl_kernel.elementwise",
+    "sgl_kernel.quantization",
+    "sgl_kernel.project",
+    "sgl_kernel.memory",
+    "sgl_kernel.top_k",
+)
 
 
 def family_modules() -> List[ModuleType]:

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+// sgl_per_token_group_quant_8bit (v1 and v2): per-token-group 8-bit quantization, optionally
+// fused with silu_and_mul and with the masked (expert-parallel MoE) 3-D input.
+//
+// The input is one flat index space of 16-byte vectors; a group (group_size elements) is
+// kVpg consecutive vectors, held by kVpg consecutive lanes of one warp, so its maximum is a
+// few shuffles and no group straddles a warp or a row (hidden % group_size == 0). Each
+// thread issues the loads of kUnroll vectors before it uses any.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "elementwise/activation.cuh"
+#include "quantization/quant.cuh"
+#include "quantization/quantization.h"
+#include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/fastdiv.cuh"
+#include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/types.cuh"
+#include "sgl_kernel/vec.cuh"
+
+namespace sgl_kernel::quantization {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T, QuantCode kCode, int kVpg, int kUnroll, bool kSilu, bool kMasked>
+__global__ void __launch_bounds__(kThreads)
+    group_quant_kernel(const GroupQuantParams<T> p,
+                       const FastDivmod vec_per_row,   // hidden / kVec
+                       const FastDivmod tokens,        // tokens_per_expert (masked)
+                       const uint32_t total_vec) {     // rows * hidden / kVec
+  constexpr int kVec = kVec16<T>;
+  SGL_PDL_WAIT();
+  const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
+  const int64_t hidden = p.hidden;
+
+  Vec16<T> a[kUnroll];
+  Vec16<T> b[kSilu ? kUnroll : 1];
+  bool active[kUnroll];
+  uint32_t rows[kUnroll], cols[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = base + u * kThreads;
+    vec_per_row.divmod(i, rows[u], cols[u]);
+    active[u] = i < total_vec;
+    if constexpr (kMasked) {
+      if (active[u]) {
+        uint32_t e, t;
+        tokens.divmod(rows[u], e, t);
+        active[u] = static_cast<int32_t>(t) < p.masked_m[e];
+      }
+    }
+    if (active[u]) {
+      if constexpr (kSilu) {
+        const T* x = p.input + static_cast<int64_t>(rows[u]) * 2 * hidden + static_cast<int64_t>(cols[u]) * kVec;
+        a[u] = load16<T, LoadPolicy::kStream>(x);
+        b[u] = load16<T, LoadPolicy::kStream>(x + hidden);
+      } else {
+        a[u] = load16<T, LoadPolicy::kStream>(p.input + static_cast<int64_t>(i) * kVec);
+      }
+    }
+  }
+
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const uint32_t i = base + u * kThreads;
+    float y[kVec];
+    uint32_t amax = 0;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      if constexpr (kSilu) {
+        // Rounded to T exactly as silu_and_mul stores it.
+        y[e] = to_float(from_float<T>(elementwise::activate<elementwise::Activation::kSilu>(to_float(a[u][e])) *
+                                      to_float(b[u][e])));
+      } else {
+        y[e] = to_float(a[u][e]);
+      }
+      amax = max(amax, abs_bits(y[e]));
+    }
+    // Every lane takes part in the shuffles; a group is wholly active or wholly inactive.
+    amax = group_max_bits<kVpg>(active[u] ? amax : 0u);
+    if (active[u]) {
+      const float s = scale_from_amax(amax, p.eps, p.qmax);
+      const uint32_t g = cols[u] / kVpg;
+      float used;
+      if (lane % kVpg == 0) {
+        uint32_t e = 0, t = rows[u];
+        if constexpr (kMasked) tokens.divmod(rows[u], e, t);
+        used = store_scale(p.scales, e, t, g, s);
+      } else {
+        used = p.scales.round_ue8m0 && p.scales.codes_use_rounded ? ue8m0_ceil(s) : s;
+      }
+      const Vec<uint8_t, kVec> q = to_codes<kCode>(y, inverse_scale(used), p.qmin, p.qmax);
+      *reinterpret_cast<Vec<uint8_t, kVec>*>(static_cast<uint8_t*>(p.output_q) + static_cast<int64_t>(i) * kVec) = q;
+    }
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+template <typename T, QuantCode kCode, int kVpg, bool kSilu, bool kMasked>
+cudaError_t launch_shape(const GroupQuantParams<T>& p, uint32_t total_vec, cudaStream_t stream) {
+  constexpr int kVec = kVec16<T>;
+  const FastDivmod vec_per_row(static_cast<uint32_t>(p.hidden / kVec));
+  const FastDivmod tokens(static_cast<uint32_t>(kMasked ? p.tokens_per_expert : 1));
+  // NOTE: four vectors per thread keep enough loads in flight for large inputs; decode-sized
+  // inputs use one, so that they spread over as many SMs as possible.
+  if (total_vec >= 132u * kThreads * 4) {
+    constexpr int kUnroll = 4;
+    const dim3 grid(ceil_div<uint32_t>(total_vec, kThreads * kUnroll));
+    return launch_kernel(group_quant_kernel<T, kCode, kVpg, kUnroll, kSilu, kMasked>, grid, dim3(kThreads), 0,
+                         stream, p.enable_pdl, p, vec_per_row, tokens, total_vec);
+  }
+  const dim3 grid(ceil_div<uint32_t>(total_vec, kThreads));
+  return launch_kernel(group_quant_kernel<T, kCode, kVpg, 1, kSilu, kMasked>, grid, dim3(kThreads), 0, stream,
+                       p.enable_pdl, p, vec_per_row, tokens, total_vec);
+}
+
+template <typename T, QuantCode kCode, int kVpg>
+cudaError_t launch_mode(const GroupQuantParams<T>& p, uint32_t total_vec, cudaStream_t stream) {
+  const bool masked = p.masked_m != nullptr;
+  if constexpr (sizeof(T) == 2) {
+    if (p.fuse_silu_and_mul) {
+      return masked ? launch_shape<T, kCode, kVpg, true, true>(p, total_vec, stream)
+                    : launch_shape<T, kCode, kVpg, true, false>(p, total_vec, stream);
+    }
+  } else {
+    if (p.fuse_silu_and_mul) return cudaErrorInvalidValue;
+  }
+  return masked ? launch_shape<T, kCode, kVpg, false, true>(p, total_vec, stream)
+                : launch_shape<T, kCode, kVpg, false, false>(p, total_vec, stream);
+}
+
+template <typename T, QuantCode kCode>
+cudaError_t launch_code(const GroupQuantParams<T>& p, uint32_t total_vec, cudaStream_t stream) {
+  constexpr int kVec = kVec16<T>;
+  switch (p.group_size / kVec) {
+    case 2:
+      if constexpr (kVec == 8) return launch_mode<T, kCode, 2>(p, total_vec, stream);
+      break;
+    case 4:
+      return launch_mode<T, kCode, 4>(p, total_vec, stream);
+    case 8:
+      return launch_mode<T, kCode, 8>(p, total_vec, stream);
+    case 16:
+      return launch_mode<T, kCode, 16>(p, total_vec, stream);
+    case 32:
+      if constexpr (kVec == 4) return launch_mode<T, kCode, 32>(p, total_vec, stream);
+      break;
+    default:
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_group_quant(QuantCode code, const GroupQuantParams<T>& p, cudaStream_t stream) {
+  constexpr int kVec = kVec16<T>;
+  if (p.rows == 0 || p.hidden == 0) return cudaSuccess;
+  if (p.group_size % kVec != 0 || p.hidden % p.group_size != 0) return cudaErrorInvalidValue;
+  if (!is_aligned16(p.input) || !is_aligned16(p.output_q)) return cudaErrorInvalidValue;
+  const int64_t total = p.rows * (p.hidden / kVec);
+  if (total > int64_t{0xffffffff} - 4 * kThreads) return cudaErrorInvalidValue;
+  const uint32_t total_vec = static_cast<uint32_t>(total);
+  switch (code) {
+    case QuantCode::kFp8:
+      return launch_code<T, QuantCode::kFp8>(p, total_vec, stream);
+    case QuantCode::kInt8Trunc:
+      return launch_code<T, QuantCode::kInt8Trunc>(p, total_vec, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+template cudaError_t launch_group_quant<float>(QuantCode, const GroupQuantParams<float>&, cudaStream_t);
+template cudaError_t launch_group_quant<half>(QuantCode, const GroupQuantParams<half>&, cudaStream_t);
+template cudaError_t launch_group_quant<__nv_bfloat16>(QuantCode, const GroupQuantParams<__nv_bfloat16>&,
+                                                       cudaStream_t);
+
+}  // namespace sgl_kernel::quantization

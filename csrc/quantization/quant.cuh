@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device helpers shared by the quantization kernels: the absolute maximum, the scale and its
+// UE8M0 rounding, the code conversions, and the scale store for every layout.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "quantization/quantization.h"
+#include "sgl_kernel/vec.cuh"
+
+namespace sgl_kernel::quantization {
+
+// NOTE: |x| is maximised on its bit pattern as an unsigned integer. For non-negative floats
+// the integer order is the float order, and a NaN (0x7fc00000 and up) beats +inf, so a NaN
+// propagates into the scale where fmaxf would silently drop it.
+__device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
+
+// Maximum over `lanes` consecutive lanes (a power of two <= 32, aligned groups); every lane
+// of the warp must call it.
+template <int kLanes>
+__device__ __forceinline__ uint32_t group_max_bits(uint32_t v) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Smallest power of two >= s (s >= 0); inf and NaN pass through, 0 stays 0.
+__device__ __forceinline__ float ue8m0_ceil(float s) {
+  const uint32_t b = __float_as_uint(s);
+  const uint32_t exp = (b >> 23) & 0xffu;
+  const uint32_t man = b & 0x7fffffu;
+  if (exp == 0xffu) return s;
+  if (exp == 0) {  // zero or subnormal: m * 2^-149 -> 2^(ceil(log2 m) - 149)
+    if (man == 0) return s;
+    const uint32_t k = 32 - __clz(man - 1);
+    return __uint_as_float(k >= 23 ? (1u << 23) : (1u << k));
+  }
+  return __uint_as_float((exp + (man != 0 ? 1u : 0u)) << 23);  // 2^128 -> +inf bits
+}
+
+// The scale of a token or group from its absolute maximum (as bits): max(eps, amax) / qmax,
+// IEEE division, so it equals the fp32 reference bit for bit.
+__device__ __forceinline__ float scale_from_amax(uint32_t amax_bits, float eps, float qmax) {
+  const uint32_t floor_bits = __float_as_uint(eps);  // eps >= 0
+  return __fdiv_rn(__uint_as_float(max(amax_bits, floor_bits)), qmax);
+}
+
+// 1 / scale with IEEE rounding; 0 for a zero scale (an all-zero row quantises to 0).
+__device__ __forceinline__ float inverse_scale(float s) { return s == 0.0f ? 0.0f : __frcp_rn(s); }
+
+// clamp(y, lo, hi) that keeps NaN (fminf/fmaxf would replace it).
+__device__ __forceinline__ float clamp_keep_nan(float y, float lo, float hi) {
+  return y < lo ? lo : (y > hi ? hi : y);
+}
+
+// Code of one already-scaled value.
+template <QuantCode kCode>
+__device__ __forceinline__ uint8_t to_code(float y, float lo, float hi) {
+  y = clamp_keep_nan(y, lo, hi);
+  if constexpr (kCode == QuantCode::kFp8) {
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3));
+  } else {
+    // NaN converts to 0 (PTX cvt.rzi / cvt.rni); the clamp range may exceed int8's.
+    const int i = kCode == QuantCode::kInt8Trunc ? __float2int_rz(y) : __float2int_rn(y);
+    return static_cast<uint8_t>(static_cast<int8_t>(min(max(i, -128), 127)));
+  }
+}
+
+// Codes of N values (N even): e4m3 pairs go through the two-wide conversion.
+template <QuantCode kCode, int N>
+__device__ __forceinline__ Vec<uint8_t, N> to_codes(const float (&y)[N], float inv, float lo, float hi) {
+  Vec<uint8_t, N> q;
+  if constexpr (kCode == QuantCode::kFp8) {
+#pragma unroll
+    for (int e = 0; e < N; e += 2) {
+      const float2 pair = make_float2(clamp_keep_nan(y[e] * inv, lo, hi), clamp_keep_nan(y[e + 1] * inv, lo, hi));
+      const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
+      q[e] = static_cast<uint8_t>(two & 0xffu);
+      q[e + 1] = static_cast<uint8_t>(two >> 8);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) q[e] = to_code<kCode>(y[e] * inv, lo, hi);
+  }
+  return q;
+}
+
+// Store the scale of (e, m, g). `s` is the exact scale; returns the scale the codes use.
+__device__ __forceinline__ float store_scale(const ScaleOut& so, int64_t e, int64_t m, int64_t g, float s) {
+  const float rounded = so.round_ue8m0 ? ue8m0_ceil(s) : s;
+  const int64_t base = e * so.stride_e + m * so.stride_m;
+  if (so.packed_ue8m0) {
+    uint8_t* word = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(so.ptr) + base + (g >> 2) * so.stride_g);
+    const uint32_t exp = (__float_as_uint(rounded) >> 23) & 0xffu;
+    word[g & 3] = static_cast<uint8_t>(exp);
+    if (g == so.groups - 1) {
+      for (int64_t b = (g & 3) + 1; b < 4; ++b) word[b] = 0;
+    }
+  } else {
+    static_cast<float*>(so.ptr)[base + g * so.stride_g] = rounded;
+  }
+  return so.codes_use_rounded ? rounded : s;
+}
+
+}  // namespace sgl_kernel::quantization
