@@ -22,7 +22,11 @@ namespace sgl_kernel::elementwise {
 template <Activation kAct>
 __device__ __forceinline__ float activate(float x) {
   if constexpr (kAct == Activation::kSilu) {
-    return x / (1.0f + __expf(-x));
+    // NOTE: the approximate division (2 ulp, as torch.compile's Triton code uses) instead of
+    // IEEE x / y: the IEEE sequence made silu the slowest activation at L2-resident sizes
+    // (T=128 I=14336: 3.03 us vs gelu_tanh's 2.91 us). For x < -87, 1 + exp(-x) is inf and
+    // the result is -0.
+    return __fdividef(x, 1.0f + __expf(-x));
   } else if constexpr (kAct == Activation::kGelu) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
   } else {
