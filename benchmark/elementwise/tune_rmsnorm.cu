@@ -26,8 +26,10 @@
 // pool most likely hands the same block back each call (--out-per-set rotates it instead).
 // GB/s = bytes read + written once each (weight included) / time.
 //
-// Variant names: "prod" = launch_rmsnorm; "prod-k ..." = the production kernel forced to
-// one of its two launch shapes at every T; "g ..." = gen_rmsnorm_kernel below, "P ..." = the
+// Variant names: "prod" = launch_rmsnorm (since the rewrite of norm.cu's vector path, its
+// kernel is the "g v4 pre reg96" / "g v8 pre reg128" / "g v16 pre" layouts picked by rows;
+// the old production shapes were "prod-k v16 chain" and "prod-k v2 b256", see
+// /work/.device/1/tune_rmsnorm.txt); "g ..." = gen_rmsnorm_kernel below, "P ..." = the
 // same kernel on a persistent grid (resident blocks only, each row group loops over rows).
 // vN = N 16-byte vectors per lane (threads per row = hidden / (8 N), rounded up to a multiple
 // of 32: H=4096 v16 is a warp per row, H=8192 v16 two warps, H=7168 v16 is 64 x 14);
@@ -462,26 +464,6 @@ cudaError_t run_gen(const P& p, cudaStream_t stream) {
   }
 }
 
-// The production kernel at one of its two launch shapes, for every T.
-// kWarpRow: many-row shape (32 * ceil(v / 512) threads x 16 vectors, weight in the store loop);
-// else the decode shape (v / 2 threads x 2 vectors, weight preloaded, block barrier).
-template <bool kWarpRow, bool kFused>
-cudaError_t run_prod_kernel(const P& p, cudaStream_t stream) {
-  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
-  const int64_t v = p.hidden / 8;
-  if (p.rows == 0) return cudaSuccess;
-  if constexpr (kWarpRow) {
-    if (v <= 512) return launch_vec<T, 32, 16, kFused, false>(p, rows_inner, stream);
-    if (v <= 1024) return launch_vec<T, 64, 16, kFused, false>(p, rows_inner, stream);
-    if (v <= 2048) return launch_vec<T, 128, 16, kFused, false>(p, rows_inner, stream);
-  } else {
-    if (v <= 512) return launch_vec<T, 256, 2, kFused, false>(p, rows_inner, stream);
-    if (v <= 1024) return launch_vec<T, 512, 2, kFused, false>(p, rows_inner, stream);
-    if (v <= 2048) return launch_vec<T, 1024, 2, kFused, false>(p, rows_inner, stream);
-  }
-  return cudaErrorNotSupported;
-}
-
 cudaError_t run_prod(const P& p, cudaStream_t stream) { return launch_rmsnorm<T>(p, stream); }
 
 // ---------------------------------------------------------------------------------------
@@ -502,11 +484,7 @@ struct Variant {
 const std::vector<Variant>& variants() {
   static const std::vector<Variant> v = {
       {"prod", run_prod, run_prod, "launch_rmsnorm as shipped (the baseline)"},
-      {"prod-k v16 chain", run_prod_kernel<true, false>, run_prod_kernel<true, true>,
-       "production's many-row shape at every T"},
-      {"prod-k v2 b256", run_prod_kernel<false, false>, run_prod_kernel<false, true>,
-       "production's decode shape at every T"},
-      GEN("g v16 chain", "production's many-row shape in this kernel: must match prod bitwise for T > 256",
+      GEN("g v16 chain", "the old production's many-row shape (weight read after the stores)",
           .vpt = 16, .w = WMode::kChain, .early_res = false),
       GEN("g v16 pre", "weight loaded with the row (no load-after-store chain); ptxas free to take 255 regs",
           .vpt = 16),

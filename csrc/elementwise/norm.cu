@@ -5,12 +5,14 @@
 // Fused: residual <- residual + input (rounded to T and stored), then input <- norm(residual).
 //
 // Vector path (hidden % kVec == 0, every pointer and row stride 16-byte aligned, hidden up to
-// 32768 halves / 16384 floats): a group of kThreadsPerRow threads (a warp for rows up to 4096
-// halves) owns one row and keeps it in registers (kVpt 16-byte vectors per thread), so the
-// row is read once and written once; groups narrower than a block share it (kRowsPerBlock
-// rows per block). Otherwise a block-per-row scalar path re-reads the row (from L2).
+// 32768 halves / 16384 floats): a group of `tpr` threads (threadIdx.x; a run-time count, a
+// power of two below 32 or a multiple of 32) owns one row and keeps it in registers, kVpt
+// 16-byte vectors per thread (compile time), so the row is read once and written once; groups
+// narrower than 128 threads share a block (threadIdx.y picks the group). Otherwise a
+// block-per-row scalar path re-reads the row (from L2).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "elementwise/elementwise.h"
 #include "sgl_kernel/arch.cuh"
@@ -28,117 +30,170 @@ __device__ __forceinline__ int64_t row_offset(const RowStrides& s, uint32_t oute
   return static_cast<int64_t>(outer) * s.outer + static_cast<int64_t>(inner) * s.inner;
 }
 
-// Sum over the kThreadsPerRow threads of one row group (threadIdx.y selects the group).
-// `scratch` holds kRowsPerBlock * (kThreadsPerRow / 32) floats; contains __syncthreads() when
-// a row spans more than one warp, so every thread of the block must call it.
-template <int kThreadsPerRow>
-__device__ __forceinline__ float row_reduce_sum(float v, float* scratch) {
-  if constexpr (kThreadsPerRow <= 32) {
-#pragma unroll
-    for (int offset = kThreadsPerRow / 2; offset > 0; offset >>= 1) {
-      v += __shfl_xor_sync(0xffffffffu, v, offset, kThreadsPerRow);
-    }
-    return v;
-  } else {
-    constexpr int kWarps = kThreadsPerRow / 32;
-    v = warp_reduce_sum(v);
-    float* mine = scratch + threadIdx.y * kWarps;
-    if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float total = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += mine[w];
-    return total;
+// A 16-byte vector held as four 32-bit words (a Vec16<__nv_bfloat16> copied element by
+// element takes a register per element: twice the registers, and spills at the caps below).
+// Words<T> converts one word to / from its 4 / sizeof(T) elements; bf16 and fp16 -> fp32 are
+// exact, fp32 -> T rounds to nearest even per element (as from_float), one cvt per word.
+using Word4 = Vec<uint32_t, 4>;
+
+template <typename T>
+struct Words;
+
+template <>
+struct Words<float> {
+  static constexpr int kPer = 1;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) { f[0] = __uint_as_float(w); }
+  static __device__ __forceinline__ uint32_t pack(const float* f) { return __float_as_uint(f[0]); }
+};
+
+template <>
+struct Words<__nv_bfloat16> {
+  static constexpr int kPer = 2;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
+    f[0] = __uint_as_float(w << 16);
+    f[1] = __uint_as_float(w & 0xffff0000u);
   }
-}
+  static __device__ __forceinline__ uint32_t pack(const float* f) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(f[0], f[1]);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
 
-// Rows per block: 256-thread blocks, or 128 when a thread holds 16 vectors (~160 registers:
-// smaller blocks keep three of them resident per SM instead of one).
-template <int kThreadsPerRow, int kVpt>
-constexpr int rows_per_block() {
-  return std::max(1, (kVpt >= 16 ? 128 : 256) / kThreadsPerRow);
-}
+template <>
+struct Words<half> {
+  static constexpr int kPer = 2;
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
+    const float2 v = __half22float2(*reinterpret_cast<const half2*>(&w));
+    f[0] = v.x;
+    f[1] = v.y;
+  }
+  static __device__ __forceinline__ uint32_t pack(const float* f) {
+    const half2 h = __floats2half2_rn(f[0], f[1]);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
 
-template <typename T, int kThreadsPerRow, int kVpt, bool kFused, bool kGemma>
-__global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow, kVpt>())
+// Per vectors-per-lane configuration: the register cap and the largest row group (threads
+// per row) the launcher may use with it (cap * threads must fit the SM's 64K registers).
+// 2: 64 registers (1024-thread rows); 4: 96; 6 and 8: 128; 12 and 16: uncapped (ptxas takes
+// up to 255, so at most 256 threads per row).
+constexpr int vec_max_regs(int vpt) { return vpt <= 2 ? 64 : vpt <= 4 ? 96 : vpt <= 8 ? 128 : 255; }
+constexpr int vec_max_threads(int vpt) { return vpt <= 2 ? 1024 : vpt <= 8 ? 512 : 256; }
+
+// Row groups per block: 128-thread blocks, or one group when a row takes more threads.
+constexpr int kVecBlockThreads = 128;
+
+// Lane `lane` of a row group of `tpr` threads holds vectors lane + k * tpr, k < kVpt. The
+// launcher picks tpr with (kVpt - 1) * tpr <= hidden / kVec <= kVpt * tpr, so every vector but
+// the last (k = kVpt - 1) exists in every lane: only that one is bounds-checked.
+template <typename T, int kVpt, bool kFused, bool kGemma>
+__global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_regs(kVpt))
     rmsnorm_vec_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   constexpr int kVec = kVec16<T>;
-  constexpr int kRowsPerBlock = rows_per_block<kThreadsPerRow, kVpt>();
   // Plain loads: the fused kernel writes input and residual (no read-only path), and for the
   // streaming case plain loads measured as fast or faster (activation sweep).
   constexpr LoadPolicy kLoad = LoadPolicy::kDefault;
-  __shared__ float scratch[kRowsPerBlock * std::max(1, kThreadsPerRow / 32)];
+  __shared__ float scratch[32];  // one partial sum per warp of the block
 
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  const int lane = threadIdx.x;
+  const int tpr = blockDim.x;
+  const int hv = static_cast<int>(p.hidden / kVec);  // <= 4096 (launcher)
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  // Rows past the end still take part in the shuffles and the barrier (no early exit: a
+  // warp may hold several row groups).
   const bool row_valid = row < p.rows;
+  const bool has_last = lane + (kVpt - 1) * tpr < hv;
+  auto exists = [&](int k) { return k < kVpt - 1 || has_last; };
+  auto col = [&](int k) { return (lane + k * tpr) * kVec; };  // element offset of vector k
   uint32_t outer = 0, inner = 0;
   if (row_valid) rows_inner.divmod(static_cast<uint32_t>(row), outer, inner);
-  const int64_t hidden_vec = p.hidden / kVec;
+  const T* in = p.input + row_offset(p.input_rows, outer, inner);
+  T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
+  T* out = p.out + row_offset(p.out_rows, outer, inner);
 
   SGL_PDL_WAIT();  // before any input is read (the weight included)
-  // NOTE: with few vectors per lane the weight is loaded with the row, before any store: a
+  // NOTE: every load of the row is issued first, then the weight's, all before any store: a
   // store to `out` or `residual` may alias `weight` for all the compiler knows, so a weight
-  // load placed after a store waits its full latency. With 16 vectors per lane the same
-  // preload costs ~100 registers (255 and spills), so there the weight is read in the output
-  // loop; those configurations only run for many rows, where other warps hide the latency.
-  constexpr bool kPreloadWeight = kVpt <= 4;
-  Vec16<T> w[kPreloadWeight ? kVpt : 1];
-  if constexpr (kPreloadWeight) {
-#pragma unroll
-    for (int k = 0; k < kVpt; ++k) {
-      const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
-      if (v < hidden_vec) w[k] = load16(p.weight + v * kVec);
-    }
-  }
-  Vec16<T> x[kVpt];
+  // load placed after a store waits its full latency, one round trip per vector (production
+  // before this layout, 16 vectors per lane: rmsnorm T=1 H=4096 4.80 us vs 1.62 preloaded,
+  // tune_rmsnorm.cu "prod-k v16 chain" vs "g v16 pre").
+  using Wd = Words<T>;
+  constexpr int kPer = Wd::kPer;
+  Word4 x[kVpt], w[kVpt];
   float sum_sq = 0.f;
   if (row_valid) {
-    const T* in = p.input + row_offset(p.input_rows, outer, inner);
-    T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
+    Word4 r[kFused ? kVpt : 1];
 #pragma unroll
     for (int k = 0; k < kVpt; ++k) {
-      const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
-      if (v < hidden_vec) {
-        x[k] = load16<T, kLoad>(in + v * kVec);
-        if constexpr (kFused) {
-          const Vec16<T> r = load16<T, kLoad>(res + v * kVec);
+      if (exists(k)) x[k] = load_vec<Word4, kLoad>(in + col(k));
+    }
+    if constexpr (kFused) {
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) x[k][e] = from_float<T>(to_float(x[k][e]) + to_float(r[e]));
-        }
+      for (int k = 0; k < kVpt; ++k) {
+        if (exists(k)) r[k] = load_vec<Word4, kLoad>(res + col(k));
       }
     }
-    // The sum is rounded (as the stored residual stream is), and that rounded value is what
-    // gets normalised.
 #pragma unroll
     for (int k = 0; k < kVpt; ++k) {
-      const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
-      if (v < hidden_vec) {
+      if (exists(k)) w[k] = load_vec<Word4>(p.weight + col(k));
+    }
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const float f = to_float(x[k][e]);
-          sum_sq += f * f;
+    for (int k = 0; k < kVpt; ++k) {
+      if (exists(k)) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          float f[kPer];
+          Wd::unpack(x[k][q], f);
+          if constexpr (kFused) {
+            // The sum is rounded (as the stored residual stream is), and that rounded value
+            // is what gets normalised.
+            float g[kPer];
+            Wd::unpack(r[k][q], g);
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) f[e] += g[e];
+            x[k][q] = Wd::pack(f);
+            Wd::unpack(x[k][q], f);
+          }
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) sum_sq += f[e] * f[e];
         }
+        // Stored at once: nothing later depends on the store.
+        if constexpr (kFused) *reinterpret_cast<Word4*>(res + col(k)) = x[k];
       }
     }
   }
-  sum_sq = row_reduce_sum<kThreadsPerRow>(sum_sq, scratch);
+  // Sum over the row group: within the warp (groups below 32 threads are aligned power-of-two
+  // lane ranges, so xor offsets below tpr stay inside the group), then across its warps.
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < tpr) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  }
+  if (tpr > 32) {
+    // One named barrier per row group (ids 1.., at most 2 groups per block when tpr > 32): a
+    // group waits only for its own warps, never for the block.
+    const int warps = tpr >> 5;
+    float* mine = scratch + threadIdx.y * warps;
+    if ((lane & 31) == 0) mine[lane >> 5] = sum_sq;
+    asm volatile("bar.sync %0, %1;" ::"r"(static_cast<int>(threadIdx.y) + 1), "r"(tpr) : "memory");
+    sum_sq = 0.f;
+    for (int i = 0; i < warps; ++i) sum_sq += mine[i];
+  }
   if (row_valid) {
-    const float r = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
-    T* out = p.out + row_offset(p.out_rows, outer, inner);
-    T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
+    const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll
     for (int k = 0; k < kVpt; ++k) {
-      const int64_t v = threadIdx.x + static_cast<int64_t>(k) * kThreadsPerRow;
-      if (v < hidden_vec) {
-        if constexpr (kFused) store16(res + v * kVec, x[k]);
-        const Vec16<T> wk = kPreloadWeight ? w[kPreloadWeight ? k : 0] : load16(p.weight + v * kVec);
-        Vec16<T> o;
+      if (exists(k)) {
+        Word4 o;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const float wf = kGemma ? 1.0f + to_float(wk[e]) : to_float(wk[e]);
-          o[e] = from_float<T>(to_float(x[k][e]) * r * wf);
+        for (int q = 0; q < 4; ++q) {
+          float f[kPer], g[kPer];
+          Wd::unpack(x[k][q], f);
+          Wd::unpack(w[k][q], g);
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) f[e] = f[e] * scale * (kGemma ? 1.0f + g[e] : g[e]);
+          o[q] = Wd::pack(f);
         }
-        store16(out + v * kVec, o);
+        *reinterpret_cast<Word4*>(out + col(k)) = o;
       }
     }
   }
@@ -178,13 +233,76 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-template <typename T, int kThreadsPerRow, int kVpt, bool kFused, bool kGemma>
-cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = rows_per_block<kThreadsPerRow, kVpt>();
-  const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, kRowsPerBlock)));
-  const dim3 block(kThreadsPerRow, kRowsPerBlock);
-  return launch_kernel(rmsnorm_vec_kernel<T, kThreadsPerRow, kVpt, kFused, kGemma>, grid, block, 0, stream,
-                       p.enable_pdl, p, rows_inner);
+// Threads per row for `hv` vectors at kVpt vectors per lane: the fewest (a power of two below
+// 32, else a multiple of 32) that hold the row, provided every vector but each lane's last
+// exists ((kVpt - 1) * tpr <= hv) and the group fits the register cap; 0 otherwise.
+template <int kVpt>
+int vec_threads_per_row(int64_t hv) {
+  const int64_t need = ceil_div<int64_t>(hv, kVpt);
+  int64_t tpr = 1;
+  if (need <= 32) {
+    while (tpr < need) tpr *= 2;
+  } else {
+    tpr = ceil_div<int64_t>(need, 32) * 32;
+  }
+  if (tpr > vec_max_threads(kVpt) || (kVpt - 1) * tpr > hv) return 0;
+  return static_cast<int>(tpr);
+}
+
+template <typename T, int kVpt, bool kFused, bool kGemma>
+cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int tpr, cudaStream_t stream) {
+  const int groups = std::max(1, kVecBlockThreads / tpr);
+  const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, groups)));
+  const dim3 block(static_cast<uint32_t>(tpr), static_cast<uint32_t>(groups));
+  return launch_kernel(rmsnorm_vec_kernel<T, kVpt, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl, p,
+                       rows_inner);
+}
+
+// Vectors per lane tried in order, by rows: the first that fits (vec_threads_per_row) runs.
+// NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu, /work/.device/1 run):
+// - decode, rows <= 256: 4 vectors per lane ("g v4 pre reg96"): H=4096 rmsnorm T=1/16/128
+//   1.24/1.34/1.63 us and fused 1.35/1.46/1.81 (the earlier 2-vector, 256-thread shape
+//   1.89/2.12/3.18 and 2.28/2.69/3.74 with its block barrier and late weight); 8 vectors
+//   were 1.36/1.64/1.83, 16 vectors 1.62/2.13/2.43. 2 vectors ("g v2 b256", 1.25/1.39/1.62)
+//   is the fallback where 4 does not fit.
+// - rows > 256: 8 vectors per lane, 128 registers ("g v8 pre reg128"): H=4096
+//   T=1024 rmsnorm 4.78 us (4 vectors 5.31, 16 vectors 5.21), fused 9.45; T=4096 17.15 us
+//   (16 vectors 18.32); H=8192 T=4096 33.76 (16 vectors 35.11).
+// - many rows: the sweep's "g v16 pre" (uncapped, 255 registers) won at T=32768 (H=4096
+//   4171 GB/s vs 4125 for 8 vectors), but this kernel at 16 vectors reached only 3547
+//   (rmsnorm) / 3940 (fused) there (/work/.device/2 run), so 8 vectors serve every T > 256.
+// 6 and 12 vectors serve rows where 8 and 16 would leave a lane more than one vector short
+// (bf16 H=2560, 3072, 5120 get 6 at mid and large T; 3072 and 6144 get 12 at large T), with
+// the register budgets of 8 and 16; those sizes were not measured.
+template <typename T, bool kFused, bool kGemma>
+cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
+                           cudaStream_t stream) {
+  const int regime = p.rows <= 256 ? 0 : 1;  // decode, many rows
+  static constexpr int kOrder[2][6] = {{4, 2, 8, 0, 0, 0}, {8, 6, 4, 12, 16, 2}};
+  for (const int vpt : kOrder[regime]) {
+    int tpr = 0;
+    switch (vpt) {
+      case 2: tpr = vec_threads_per_row<2>(hv); break;
+      case 4: tpr = vec_threads_per_row<4>(hv); break;
+      case 6: tpr = vec_threads_per_row<6>(hv); break;
+      case 8: tpr = vec_threads_per_row<8>(hv); break;
+      case 12: tpr = vec_threads_per_row<12>(hv); break;
+      case 16: tpr = vec_threads_per_row<16>(hv); break;
+      default: break;
+    }
+    if (tpr == 0) continue;
+    // Fewer than 4 lanes per row: 16-byte pieces of 32 rows per load (half-used sectors).
+    if (tpr < 4 && vpt > 2) continue;
+    switch (vpt) {
+      case 2: return launch_vec<T, 2, kFused, kGemma>(p, rows_inner, tpr, stream);
+      case 4: return launch_vec<T, 4, kFused, kGemma>(p, rows_inner, tpr, stream);
+      case 6: return launch_vec<T, 6, kFused, kGemma>(p, rows_inner, tpr, stream);
+      case 8: return launch_vec<T, 8, kFused, kGemma>(p, rows_inner, tpr, stream);
+      case 12: return launch_vec<T, 12, kFused, kGemma>(p, rows_inner, tpr, stream);
+      default: return launch_vec<T, 16, kFused, kGemma>(p, rows_inner, tpr, stream);
+    }
+  }
+  return cudaErrorNotSupported;  // unreachable for hv <= 4096: 2 vectors fit up to 2048, 8 beyond
 }
 
 bool aligned16(const RowStrides& s, int kVec) { return s.outer % kVec == 0 && s.inner % kVec == 0; }
@@ -193,34 +311,13 @@ template <typename T, bool kFused, bool kGemma>
 cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
   const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
-  const bool vec_ok = p.hidden % kVec == 0 && is_aligned16(p.out) && is_aligned16(p.input) &&
-                      is_aligned16(p.weight) && aligned16(p.out_rows, kVec) && aligned16(p.input_rows, kVec) &&
+  const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 4096 && is_aligned16(p.out) &&
+                      is_aligned16(p.input) && is_aligned16(p.weight) && aligned16(p.out_rows, kVec) &&
+                      aligned16(p.input_rows, kVec) &&
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
-    const int64_t v = p.hidden / kVec;  // 16-byte vectors per row
-    // NOTE (H200, bf16): many rows: one warp per row up to 16 vectors per lane (4096 halves),
-    // no block barrier between a warp's loads and stores: rmsnorm T=32768 H=4096 3943 GB/s,
-    // where 256 threads x 2 vectors per row with a block barrier reached 1916 GB/s. Few rows
-    // (decode): 2 vectors per lane over more threads, weight preloaded: T=1 H=4096 2.0 us,
-    // where a warp per row took 4.7 us.
-    if (p.rows > 256) {
-      if (v <= 32) return launch_vec<T, 32, 1, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 64) return launch_vec<T, 32, 2, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 128) return launch_vec<T, 32, 4, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 256) return launch_vec<T, 32, 8, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 512) return launch_vec<T, 32, 16, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 1024) return launch_vec<T, 64, 16, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 2048) return launch_vec<T, 128, 16, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 4096) return launch_vec<T, 256, 16, kFused, kGemma>(p, rows_inner, stream);
-    } else {
-      if (v <= 64) return launch_vec<T, 32, 2, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 128) return launch_vec<T, 64, 2, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 256) return launch_vec<T, 128, 2, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 512) return launch_vec<T, 256, 2, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 1024) return launch_vec<T, 512, 2, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 2048) return launch_vec<T, 1024, 2, kFused, kGemma>(p, rows_inner, stream);
-      if (v <= 4096) return launch_vec<T, 1024, 4, kFused, kGemma>(p, rows_inner, stream);
-    }
+    const cudaError_t e = launch_vec_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
+    if (e != cudaErrorNotSupported) return e;
   }
   return launch_kernel(rmsnorm_scalar_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)), dim3(256), 0,
                        stream, p.enable_pdl, p, rows_inner);

@@ -133,6 +133,16 @@ def test_correctness(op, dtype, batch, hidden, gen):
     run_and_check(op, x, w, other)
 
 
+# Many rows select the kernel's large-batch shapes (16 or 12 vectors per lane, thin rows).
+@GPU
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hidden", (1024, 3072, 4096, 5120))
+def test_correctness_many_rows(op, dtype, hidden, gen):
+    x, w, other = make_args(op, (16411, hidden), dtype, gen)
+    run_and_check(op, x, w, other)
+
+
 @GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("batch", FP32_BATCHES)
