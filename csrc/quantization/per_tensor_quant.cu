@@ -65,8 +65,9 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
   }
 }
 
-template <typename T>
+template <typename T, int kCodeUnroll>
 __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
+  constexpr int kUnroll = kCodeUnroll;
   constexpr int kVec = kVec16<T>;
   SGL_PDL_WAIT();
   const float inv = inverse_scale(*p.scale);
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
 #pragma unroll
       for (int e = 0; e < kVec; ++e) y[e] = to_float(x[u][e]);
       *reinterpret_cast<Vec<uint8_t, kVec>*>(p.output_q + i * kVec) =
-          to_codes<QuantCode::kFp8>(y, inv, -kFp8Max, kFp8Max);
+          to_codes<QuantCode::kFp8>(y, inv, -kFp8Max, kFp8Max, false);
     }
   }
   // Scalar tail (and the whole tensor when misaligned): the first block's threads.
@@ -119,10 +120,16 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
     SGL_CUDA_TRY(launch_kernel(tensor_amax_kernel<T>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p,
                                num_vec));
   }
-  const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads * kUnroll));
+  // NOTE: small tensors get one vector per thread, so that they spread over more SMs.
+  if (num_vec < int64_t{132} * kThreads * kUnroll) {
+    const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads));
+    return launch_kernel(tensor_code_kernel<T, 1>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0, stream,
+                         p.enable_pdl, p, num_vec);
+  }
+  const int64_t blocks = ceil_div<int64_t>(num_vec, kThreads * kUnroll);
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  return launch_kernel(tensor_code_kernel<T>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0, stream,
-                       p.enable_pdl, p, num_vec);
+  return launch_kernel(tensor_code_kernel<T, kUnroll>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0,
+                       stream, p.enable_pdl, p, num_vec);
 }
 
 template cudaError_t launch_per_tensor_quant<float>(const TensorQuantParams<float>&, cudaStream_t);

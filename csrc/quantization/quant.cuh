@@ -68,23 +68,52 @@ __device__ __forceinline__ uint8_t to_code(float y, float lo, float hi) {
   }
 }
 
-// Codes of N values (N even): e4m3 pairs go through the two-wide conversion.
-template <QuantCode kCode, int N>
-__device__ __forceinline__ Vec<uint8_t, N> to_codes(const float (&y)[N], float inv, float lo, float hi) {
+// Whether the clamp to [lo, hi] can change a code: not when the range covers the code type's
+// own (the e4m3 conversion saturates to +-448 and keeps NaN; the int8 path clamps the integer).
+template <QuantCode kCode>
+__host__ __device__ __forceinline__ bool needs_clamp(float lo, float hi) {
+  return kCode == QuantCode::kFp8 ? !(lo <= -448.0f && hi >= 448.0f) : !(lo <= -128.0f && hi >= 127.0f);
+}
+
+// Codes of N values (N even): e4m3 pairs go through the two-wide conversion. `clamp` is
+// needs_clamp(lo, hi) (uniform across the kernel): without it the compares are skipped.
+template <QuantCode kCode, bool kClamp, int N>
+__device__ __forceinline__ Vec<uint8_t, N> to_codes_impl(const float (&y)[N], float inv, float lo, float hi) {
   Vec<uint8_t, N> q;
   if constexpr (kCode == QuantCode::kFp8) {
 #pragma unroll
     for (int e = 0; e < N; e += 2) {
-      const float2 pair = make_float2(clamp_keep_nan(y[e] * inv, lo, hi), clamp_keep_nan(y[e + 1] * inv, lo, hi));
+      float2 pair = make_float2(y[e] * inv, y[e + 1] * inv);
+      if constexpr (kClamp) pair = make_float2(clamp_keep_nan(pair.x, lo, hi), clamp_keep_nan(pair.y, lo, hi));
       const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
       q[e] = static_cast<uint8_t>(two & 0xffu);
       q[e + 1] = static_cast<uint8_t>(two >> 8);
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < N; ++e) q[e] = to_code<kCode>(y[e] * inv, lo, hi);
+    for (int e = 0; e < N; ++e) {
+      // to_code clamps; with the default range the integer clamp alone gives the same code.
+      if constexpr (kClamp) {
+        q[e] = to_code<kCode>(y[e] * inv, lo, hi);
+      } else {
+        const float v = y[e] * inv;
+        const int i = kCode == QuantCode::kInt8Trunc ? __float2int_rz(v) : __float2int_rn(v);
+        q[e] = static_cast<uint8_t>(static_cast<int8_t>(min(max(i, -128), 127)));
+      }
+    }
   }
   return q;
+}
+
+template <QuantCode kCode, int N>
+__device__ __forceinline__ Vec<uint8_t, N> to_codes(const float (&y)[N], float inv, float lo, float hi,
+                                                    bool clamp = true) {
+  return clamp ? to_codes_impl<kCode, true>(y, inv, lo, hi) : to_codes_impl<kCode, false>(y, inv, lo, hi);
+}
+
+// The scale the codes use, for a lane that does not store it (see store_scale).
+__device__ __forceinline__ float codes_scale(const ScaleOut& so, float s) {
+  return so.round_ue8m0 && so.codes_use_rounded ? ue8m0_ceil(s) : s;
 }
 
 // Store the scale of (e, m, g). `s` is the exact scale; returns the scale the codes use.

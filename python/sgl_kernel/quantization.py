@@ -227,8 +227,9 @@ _NORM_QUANT_DOC = """
     Parameters
     ----------
     input : torch.Tensor
-        ``[T, H]``, fp16/bf16/fp32, last-dim contiguous, 16-byte aligned rows (the row stride is
-        free). Not modified (its schema keeps sgl-kernel's ``Tensor!``).
+        ``[T, H]``, fp16/bf16/fp32, last-dim contiguous; the row stride is free (rows that are
+        not 16-byte aligned take a slower two-pass path). Not modified (its schema keeps
+        sgl-kernel's ``Tensor!``).
     {residual_param}output_q : torch.Tensor
         ``[T, H]`` fp8 e4m3 or int8 (selects the code type), contiguous. Written.
     output_s : torch.Tensor
@@ -253,8 +254,9 @@ _NORM_QUANT_DOC = """
 
     Notes
     -----
-    One pass over memory: each row is read once and kept in registers (``H`` up to 32768
-    fp16/bf16, 16384 fp32). Arch: sm80+. CUDA-graph capturable.
+    One pass over memory: each row is read once and kept in registers (16-byte aligned rows,
+    ``H`` up to 32768 fp16/bf16 or 16384 fp32; other rows take a two-pass path). Arch: sm80+.
+    CUDA-graph capturable.
 """
 
 
@@ -312,8 +314,7 @@ fused_add_rmsnorm_quant.__doc__ = (
 """
     + _NORM_QUANT_DOC.format(
         residual_param="""residual : torch.Tensor
-        ``[T, H]``, dtype of ``input``, last-dim contiguous, 16-byte aligned rows. Updated in
-        place.
+        ``[T, H]``, dtype of ``input``, last-dim contiguous, row stride free. Updated in place.
     """
     )
 )
@@ -323,6 +324,12 @@ fused_add_rmsnorm_quant.__doc__ = (
 # One-shot self checks for `python -m sgl_kernel`: small random inputs against fp32 torch.
 
 _FP8 = torch.float8_e4m3fn
+
+
+def _div(a: torch.Tensor, b: float) -> torch.Tensor:
+    # IEEE a / b: CUDA torch turns a division by a Python float into a multiplication by its
+    # reciprocal, which is not always the correctly rounded quotient the kernels compute.
+    return a / torch.full_like(a, b)
 
 
 def _codes_ref(x: torch.Tensor, scale: torch.Tensor, lo: float, hi: float, dtype: torch.dtype) -> torch.Tensor:
@@ -337,7 +344,7 @@ def _check_per_token(int8: bool) -> None:
     s = torch.empty(37, device="cuda")
     (sgl_per_token_quant_int8 if int8 else sgl_per_token_quant_fp8)(x, q, s)
     qmax = 127.0 if int8 else 448.0
-    s_ref = x.float().abs().amax(-1) / qmax
+    s_ref = _div(x.float().abs().amax(-1), qmax)
     torch.testing.assert_close(s, s_ref, rtol=0, atol=0)
     y = x.float() * (1.0 / s_ref).unsqueeze(-1)
     q_ref = torch.round(y.clamp(-128, 127)).to(torch.int8) if int8 else y.clamp(-448, 448).to(_FP8)
@@ -349,14 +356,14 @@ def _check_per_tensor() -> None:
     q = torch.empty(x.shape, device="cuda", dtype=_FP8)
     s = torch.zeros(1, device="cuda")
     sgl_per_tensor_quant_fp8(x, q, s, False)
-    s_ref = x.float().abs().amax().reshape(1) / 448.0
+    s_ref = _div(x.float().abs().amax().reshape(1), 448.0)
     torch.testing.assert_close(s, s_ref, rtol=0, atol=0)
     assert torch.equal(q.view(torch.uint8), _codes_ref(x, s_ref, -448, 448, _FP8).view(torch.uint8))
 
 
 def _group_ref(x: torch.Tensor, gs: int, eps: float, qmax: float, dtype: torch.dtype):
     xg = x.float().reshape(x.shape[0], -1, gs)
-    s = xg.abs().amax(-1).clamp(min=eps) / qmax
+    s = _div(xg.abs().amax(-1).clamp(min=eps), qmax)
     return _codes_ref(xg, s.unsqueeze(-1), -qmax if dtype == _FP8 else -128.0, qmax, dtype).reshape(x.shape), s
 
 

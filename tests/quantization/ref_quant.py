@@ -34,6 +34,12 @@ EPS = 1e-10
 LAYOUTS = ("row", "col", "col_ue8m0")
 
 
+def ieee_div(a: torch.Tensor, b: float) -> torch.Tensor:
+    """``a / b`` rounded once (IEEE). NOTE: ``tensor / python_float`` on CUDA multiplies by the
+    host-computed reciprocal, which differs from the division in the last bit for some ``a``."""
+    return a / torch.full_like(a, b)
+
+
 def qrange(out_dtype: torch.dtype) -> Tuple[float, float]:
     """``(qmin, qmax)`` that callers pass as ``(fp8_min, fp8_max)`` for this output dtype."""
     return (-FP8_MAX, FP8_MAX) if out_dtype == FP8 else (INT8_MIN, INT8_MAX)
@@ -94,7 +100,7 @@ def group_quant_ref(
     xg = x.float().reshape(*lead, k // group_size, group_size)
     amax = xg.abs().amax(-1)
     amax = torch.where(torch.isnan(amax), amax, torch.clamp(amax, min=eps))
-    scale = amax / qmax
+    scale = ieee_div(amax, qmax)
     stored = scale
     used = scale
     if scale_ue8m0:
@@ -108,7 +114,7 @@ def per_token_quant_fp8_ref(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor
     """``sgl_per_token_quant_fp8``: ``s = max|x| / 448`` per row (no eps floor), codes
     ``e4m3(clamp(x * (1/s)))``, 0 for an all-zero row. Returns ``(q [M, K], s [M])``."""
     xf = x.float()
-    s = xf.abs().amax(-1) / FP8_MAX
+    s = ieee_div(xf.abs().amax(-1), FP8_MAX)
     q = _codes(xf * _inv(s).unsqueeze(-1), -FP8_MAX, FP8_MAX, FP8, "")
     return q, s
 
@@ -117,7 +123,7 @@ def per_token_quant_int8_ref(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tenso
     """``sgl_per_token_quant_int8``: ``s = max|x| / 127`` per row, codes
     ``round_half_even(clamp(x * (1/s), -128, 127))``. Returns ``(q [M, K], s [M])``."""
     xf = x.float()
-    s = xf.abs().amax(-1) / INT8_MAX
+    s = ieee_div(xf.abs().amax(-1), INT8_MAX)
     q = _codes(xf * _inv(s).unsqueeze(-1), INT8_MIN, INT8_MAX, torch.int8, "half_even")
     return q, s
 
@@ -130,7 +136,7 @@ def per_tensor_quant_fp8_ref(
     xf = x.float()
     s = scale_in.float().reshape(1)
     if not is_static:
-        s = torch.maximum(s, (xf.abs().amax() / FP8_MAX).reshape(1))
+        s = torch.maximum(s, ieee_div(xf.abs().amax(), FP8_MAX).reshape(1))
     q = _codes(xf * _inv(s), -FP8_MAX, FP8_MAX, FP8, "")
     return q, s
 
@@ -195,13 +201,20 @@ def alloc_scales(m: int, groups: int, layout: str, device, lead: Tuple[int, ...]
     return buf.transpose(-1, -2)[..., :m, :]
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """A copy with the default strides. ``contiguous()`` is not enough before viewing int32 as
+    bytes: a tensor whose non-unit dims are contiguous keeps an arbitrary stride on size-1
+    dims (a ``[1, 1]`` column-major ``output_s`` has strides ``(1, Mp)``)."""
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def read_scales(output_s: torch.Tensor, groups: int) -> torch.Tensor:
     """Logical fp32 ``[..., M, G]`` scales from ``output_s`` in any of the layouts (UE8M0 bytes
     are decoded to ``2 ** (byte - 127)``; byte 255 reads as NaN)."""
     if output_s.dtype == torch.float32:
         return output_s.clone()
     *lead, m, g4 = output_s.shape
-    b = output_s.contiguous().view(torch.uint8).reshape(*lead, m, g4 * 4)[..., :groups].to(torch.int32)
+    b = _dense(output_s).view(torch.uint8).reshape(*lead, m, g4 * 4)[..., :groups].to(torch.int32)
     s = torch.ldexp(torch.ones_like(b, dtype=torch.float32), b - 127)
     return torch.where(b == 255, torch.full_like(s, float("nan")), s)
 
@@ -209,7 +222,7 @@ def read_scales(output_s: torch.Tensor, groups: int) -> torch.Tensor:
 def packed_padding_bytes(output_s: torch.Tensor, groups: int) -> torch.Tensor:
     """The unused trailing bytes of a packed UE8M0 ``output_s`` (API.md: written 0)."""
     *lead, m, g4 = output_s.shape
-    return output_s.contiguous().view(torch.uint8).reshape(*lead, m, g4 * 4)[..., groups:]
+    return _dense(output_s).view(torch.uint8).reshape(*lead, m, g4 * 4)[..., groups:]
 
 
 # ----- code comparison (API.md 1.6) --------------------------------------------------------------
@@ -238,7 +251,8 @@ def assert_codes_close(q: torch.Tensor, q_ref: torch.Tensor, max_one_step_frac: 
         nan, nan_ref = torch.isnan(q.float()), torch.isnan(q_ref.float())
         assert torch.equal(nan, nan_ref), f"NaN codes differ at {int((nan != nan_ref).sum())} elements"
         keep = ~nan
-        q, q_ref = q[keep], q_ref[keep]
+        # Boolean indexing has no fp8 CUDA kernel: select the bytes, then view them as codes.
+        q, q_ref = q.view(torch.uint8)[keep].view(q.dtype), q_ref.view(torch.uint8)[keep].view(q.dtype)
     dist, flip = code_distance(q, q_ref)
     assert not bool(flip.any()), f"{int(flip.sum())} sign flips"
     worst = int(dist.max()) if dist.numel() else 0
@@ -274,7 +288,7 @@ def packed_scale_bytes(output_s: torch.Tensor, groups: int) -> torch.Tensor:
     """The UE8M0 bytes of a packed int32 ``output_s`` as int32 ``[..., M, groups]`` (raw, not
     decoded: 255 for a NaN or inf scale). Compare with ``ue8m0_byte(reference scale)``."""
     *lead, m, g4 = output_s.shape
-    return output_s.contiguous().view(torch.uint8).reshape(*lead, m, g4 * 4)[..., :groups].to(torch.int32)
+    return _dense(output_s).view(torch.uint8).reshape(*lead, m, g4 * 4)[..., :groups].to(torch.int32)
 
 
 def scale_padding_untouched(output_s: torch.Tensor, m: int) -> bool:
