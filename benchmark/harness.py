@@ -139,12 +139,15 @@ class Case:
 class Provider:
     """``factory(case)`` returns the callable to time (called as ``fn(*case.setup())``).
     ``ours`` marks sgl_kernel (ratios are baseline_time / ours); ``compiled`` marks a
-    provider whose first call compiles (skipped by --no-compile; compile time reported)."""
+    provider whose first call compiles (skipped by --no-compile; compile time reported);
+    ``applies(case)``, when given, limits the provider to some cases (the others get a
+    "does not apply" skip row instead of an error)."""
 
     name: str
     factory: Callable[[Case], Callable[..., Any]]
     ours: bool = False
     compiled: bool = False
+    applies: Optional[Callable[[Case], bool]] = None
 
 
 @dataclass
@@ -289,8 +292,9 @@ class Bench:
 
     # -- declarations -------------------------------------------------------------------
 
-    def add_provider(self, name: str, factory: Callable[[Case], Callable], ours: bool = False, compiled: bool = False) -> None:
-        self.providers.append(Provider(name, factory, ours, compiled))
+    def add_provider(self, name: str, factory: Callable[[Case], Callable], ours: bool = False, compiled: bool = False,
+                     applies: Optional[Callable[[Case], bool]] = None) -> None:
+        self.providers.append(Provider(name, factory, ours, compiled, applies))
 
     def add_case(
         self,
@@ -522,6 +526,9 @@ class Bench:
             if provider.compiled and self.compile_disabled_reason:
                 row.error = f"skipped: {self.compile_disabled_reason}"
                 continue
+            if provider.applies is not None and not provider.applies(case):
+                row.error = f"skipped: {provider.name} does not apply to {case.op}"
+                continue
             try:
                 fn = provider.factory(case)
                 if a.dry_run:
@@ -696,21 +703,23 @@ class Bench:
 
         self.add_goal(fn)
 
-    def goal_min_speedup(self, op: str, baseline: str, min_ratio: float = 1.0) -> None:
-        """Ours is at least ``min_ratio`` x faster than ``baseline`` on every case of ``op``."""
+    def goal_min_speedup(self, op: str, baseline: str, min_ratio: float = 1.0, min_t: int = 0) -> None:
+        """Ours is at least ``min_ratio`` x faster than ``baseline`` on every case of ``op``
+        (with ``min_t``: every case whose ``T`` parameter is at least ``min_t``)."""
 
         def fn() -> GoalResult:
             ours = self.ours.name if self.ours else None
-            rows = [r for r in self.results if r.op == op and r.provider == ours]
+            rows = [r for r in self.results if r.op == op and r.provider == ours and r.params.get("T", 0) >= min_t]
+            where = f" at T >= {min_t}" if min_t else ""
             pairs = [(r, r.speedup.get(baseline)) for r in rows]
             have = [(r, s) for r, s in pairs if s is not None]
             missing = len(pairs) - len(have)
             if not have:
-                return GoalResult("N/A", f"{op} vs {baseline}: >= {min_ratio:g}x at every shape: no pair measured")
+                return GoalResult("N/A", f"{op} vs {baseline}{where}: >= {min_ratio:g}x at every shape: no pair measured")
             worst_r, worst = min(have, key=lambda t: t[1])
             misses = [f"{r.dtype} {r.shape} {s:.2f}x" for r, s in have if s < min_ratio]
             status = "PASS" if not misses else "FAIL"
-            text = (f"{op} vs {baseline}: min {worst:.2f}x ({worst_r.dtype} {worst_r.shape}) over {len(have)} shapes; "
+            text = (f"{op} vs {baseline}{where}: min {worst:.2f}x ({worst_r.dtype} {worst_r.shape}) over {len(have)} shapes; "
                     f"goal >= {min_ratio:g}x at every shape")
             if misses:
                 text += f"; misses: {', '.join(misses)}"

@@ -71,7 +71,6 @@ from benchmark.quantization.common import (  # noqa: E402
     check_quant,
     compile_reference,
     elt_size,
-    goal_speedup_from,
     note_missing,
     reset_first,
     scale_bytes,
@@ -297,7 +296,7 @@ def build(args: argparse.Namespace) -> Bench:
     # Goals, for the shapes in this run.
     present = [op for op in ops if any(c.op == op for c in bench.cases)]
     for op in present:
-        goal_speedup_from(bench, op, "two-kernel", 1.3, min_t=4096)
+        bench.goal_min_speedup(op, "two-kernel", 1.3, min_t=4096)
         bench.goal_min_speedup(op, "two-kernel", 1.0)
         if not args.no_compile:
             bench.goal_min_speedup(op, "torch.compile", 1.0)

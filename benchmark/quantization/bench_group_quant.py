@@ -70,7 +70,6 @@ from benchmark.harness import Bench, cli_main  # noqa: E402
 from benchmark.quantization.common import (  # noqa: E402
     ROUNDED_INPUT_SCALE_RTOL,
     SCALE_RTOL,
-    QuantBench,
     State,
     cached,
     check_close,
@@ -79,7 +78,6 @@ from benchmark.quantization.common import (  # noqa: E402
     check_untouched,
     compile_reference,
     elt_size,
-    goal_speedup_from,
     note_missing,
     reset_first,
     scale_bytes,
@@ -295,7 +293,7 @@ def make_check(spec: Spec):
 
 def build(args: argparse.Namespace) -> Bench:
     ops = Bench.selected_ops(args, OPS)
-    bench = QuantBench("group_quant", "per-token-group 8-bit quantization vs torch eager, torch.compile and "
+    bench = Bench("group_quant", "per-token-group 8-bit quantization vs torch eager, torch.compile and "
                        "the two-kernel SiLU sequence", plot_x="T")
 
     def ours(case):
@@ -344,7 +342,7 @@ def build(args: argparse.Namespace) -> Bench:
     for op in present:
         if SPECS[op].silu:
             if not SPECS[op].masked:
-                goal_speedup_from(bench, op, "two-kernel", 1.3, min_t=4096)
+                bench.goal_min_speedup(op, "two-kernel", 1.3, min_t=4096)
             bench.goal_min_speedup(op, "two-kernel", 1.0)
     for c in bench.cases:
         if not SPECS[c.op].masked and c.params["T"] in DECODE_T:

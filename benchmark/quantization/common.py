@@ -21,7 +21,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
-from benchmark.harness import Bench, Case, GoalResult, short_error
+from benchmark.harness import Bench, short_error
 from tests.quantization.ref_quant import FP8, assert_codes_close, packed_padding_bytes, ue8m0_byte
 from tests.tolerances import elementwise_tol
 
@@ -272,64 +272,3 @@ def cached(state: State, key: str, make: Callable[[], object]):
     if key not in state.cache:
         state.cache[key] = make()
     return state.cache[key]
-
-
-# ---------------------------------------------------------------------------------------
-# Harness extensions
-
-
-class QuantBench(Bench):
-    """A Bench whose providers may apply to some ops only (``applies(case)``): the others get
-    a ``skipped: ... does not apply`` row (a ``skip`` cell, no ratio) instead of an error."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.applies: Dict[str, Callable[[Case], bool]] = {}
-
-    def add_provider(self, name: str, factory: Callable[[Case], Callable], ours: bool = False,
-                     compiled: bool = False, applies: Optional[Callable[[Case], bool]] = None) -> None:
-        super().add_provider(name, factory, ours=ours, compiled=compiled)
-        if applies is not None:
-            self.applies[name] = applies
-
-    def _run_providers(self, case, rows, sets, hot, nsets) -> None:
-        keep = []
-        for provider, row in zip(self.providers, rows):
-            test = self.applies.get(provider.name)
-            if test is None or test(case):
-                keep.append((provider, row))
-            else:
-                row.error = f"skipped: {provider.name} does not apply to {case.op}"
-        everyone = self.providers
-        self.providers = [p for p, _ in keep]
-        try:
-            super()._run_providers(case, [r for _, r in keep], sets, hot, nsets)
-        finally:
-            self.providers = everyone
-
-
-def goal_speedup_from(bench: Bench, op: str, baseline: str, min_ratio: float, min_t: int) -> None:
-    """Ours is at least ``min_ratio`` x faster than ``baseline`` on every case of ``op`` with
-    ``T >= min_t`` (the harness's goal_min_speedup, restricted to large T)."""
-
-    def fn() -> GoalResult:
-        ours = bench.ours.name if bench.ours else None
-        rows = [r for r in bench.results if r.op == op and r.provider == ours and r.params.get("T", 0) >= min_t]
-        have = [(r, r.speedup.get(baseline)) for r in rows]
-        measured = [(r, s) for r, s in have if s is not None]
-        label = f"{op} vs {baseline} at T >= {min_t}: goal >= {min_ratio:g}x"
-        if not measured:
-            return GoalResult("N/A", f"{label}: no pair measured")
-        worst_r, worst = min(measured, key=lambda t: t[1])
-        misses = [f"{r.dtype} {r.shape} {s:.2f}x" for r, s in measured if s < min_ratio]
-        status = "FAIL" if misses else "PASS"
-        text = f"{label}; min {worst:.2f}x ({worst_r.dtype} {worst_r.shape}) over {len(measured)} shapes"
-        if misses:
-            text += f"; misses: {', '.join(misses)}"
-        if len(measured) < len(have):
-            text += f"; {len(have) - len(measured)} shape(s) without a pair"
-            if status == "PASS":
-                status = "N/A"
-        return GoalResult(status, text)
-
-    bench.add_goal(fn)
