@@ -11,8 +11,6 @@ ops' destination-passing calls and checks outputs against them.
 * The torch baselines write the references' results into the same ``output_q`` /
   ``output_s`` as the op (:func:`store_scales`, :func:`store_masked`), so one check serves
   every provider and every provider moves its results to the same place.
-* :class:`QuantBench` adds providers that apply to some ops only (the two-kernel sequences);
-  :func:`goal_speedup_from` is the harness's speedup goal restricted to T >= a bound.
 """
 
 from __future__ import annotations
