@@ -63,13 +63,13 @@ import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main  # noqa: E402
 from benchmark.quantization.common import (  # noqa: E402
+    add_providers,
     SCALE_RTOL,
     State,
     cached,
     check_close,
     check_padding,
     check_quant,
-    compile_reference,
     elt_size,
     note_missing,
     reset_first,
@@ -256,27 +256,14 @@ def build(args: argparse.Namespace) -> Bench:
     bench = Bench("fused_norm_quant", "RMSNorm + group-128 fp8 quantization, fused vs the two-kernel sequence, "
                   "torch eager and torch.compile", plot_x="T")
 
-    def ours(case):
-        return reset_first(ours_fn(SPECS[case.op], args.dry_run))
-
-    def eager(case):
-        return reset_first(torch_fn(SPECS[case.op]))
-
-    compiled = {}
-
-    def compiled_fn(case):
-        if case.op not in compiled:
-            spec = SPECS[case.op]
-            compiled[case.op] = compile_reference(torch_fn(spec), rounded_intermediate=spec.add)
-        return reset_first(compiled[case.op])
-
-    def two_kernel(case):
-        return reset_first(two_kernel_fn(SPECS[case.op], args.dry_run))
-
-    bench.add_provider("sgl_kernel", ours, ours=True)
-    bench.add_provider("torch", eager)
-    bench.add_provider("torch.compile", compiled_fn, compiled=True)
-    bench.add_provider("two-kernel", two_kernel)
+    add_providers(
+        bench,
+        ours=lambda op: ours_fn(SPECS[op], args.dry_run),
+        reference=lambda op: torch_fn(SPECS[op]),
+        wrap=lambda op, fn: reset_first(fn),
+        rounded_intermediate=lambda op: SPECS[op].add,
+        two_kernel=lambda op: two_kernel_fn(SPECS[op], args.dry_run),
+    )
 
     for op, dtype, t, h in shapes(args.quick):
         if op not in ops:

@@ -68,6 +68,7 @@ import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main  # noqa: E402
 from benchmark.quantization.common import (  # noqa: E402
+    add_providers,
     ROUNDED_INPUT_SCALE_RTOL,
     SCALE_RTOL,
     State,
@@ -76,7 +77,6 @@ from benchmark.quantization.common import (  # noqa: E402
     check_padding,
     check_quant,
     check_untouched,
-    compile_reference,
     elt_size,
     note_missing,
     reset_first,
@@ -296,27 +296,15 @@ def build(args: argparse.Namespace) -> Bench:
     bench = Bench("group_quant", "per-token-group 8-bit quantization vs torch eager, torch.compile and "
                        "the two-kernel SiLU sequence", plot_x="T")
 
-    def ours(case):
-        return reset_first(ours_fn(SPECS[case.op], args.dry_run))
-
-    def eager(case):
-        return reset_first(torch_fn(SPECS[case.op]))
-
-    compiled = {}
-
-    def compiled_fn(case):
-        if case.op not in compiled:
-            spec = SPECS[case.op]
-            compiled[case.op] = compile_reference(torch_fn(spec), rounded_intermediate=spec.silu)
-        return reset_first(compiled[case.op])
-
-    def two_kernel(case):
-        return reset_first(two_kernel_fn(SPECS[case.op], args.dry_run))
-
-    bench.add_provider("sgl_kernel", ours, ours=True)
-    bench.add_provider("torch", eager)
-    bench.add_provider("torch.compile", compiled_fn, compiled=True)
-    bench.add_provider("two-kernel", two_kernel, applies=lambda case: SPECS[case.op].silu)
+    add_providers(
+        bench,
+        ours=lambda op: ours_fn(SPECS[op], args.dry_run),
+        reference=lambda op: torch_fn(SPECS[op]),
+        wrap=lambda op, fn: reset_first(fn),
+        rounded_intermediate=lambda op: SPECS[op].silu,
+        two_kernel=lambda op: two_kernel_fn(SPECS[op], args.dry_run),
+        two_kernel_applies=lambda op: SPECS[op].silu,
+    )
 
     for op, dtype, params in shapes(args.quick):
         if op not in ops:

@@ -49,11 +49,11 @@ import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main  # noqa: E402
 from benchmark.quantization.common import (  # noqa: E402
+    add_providers,
     SCALE_RTOL,
     State,
     cached,
     check_quant,
-    compile_reference,
     elt_size,
     note_missing,
     reset_first,
@@ -207,22 +207,7 @@ def build(args: argparse.Namespace) -> Bench:
     bench = Bench("per_token_quant", "per-token / per-tensor fp8 and int8 quantization vs torch eager and "
                   "torch.compile", plot_x="T")
 
-    def ours(case):
-        return as_provider(case.op, ours_fn(case.op, args.dry_run))
-
-    def eager(case):
-        return as_provider(case.op, torch_fn(case.op))
-
-    compiled = {}
-
-    def compiled_fn(case):
-        if case.op not in compiled:
-            compiled[case.op] = compile_reference(torch_fn(case.op))
-        return as_provider(case.op, compiled[case.op])
-
-    bench.add_provider("sgl_kernel", ours, ours=True)
-    bench.add_provider("torch", eager)
-    bench.add_provider("torch.compile", compiled_fn, compiled=True)
+    add_providers(bench, ours=lambda op: ours_fn(op, args.dry_run), reference=torch_fn, wrap=as_provider)
 
     for op, dtype, t, h in shapes(args.quick):
         if op not in ops:

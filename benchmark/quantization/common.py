@@ -270,3 +270,32 @@ def cached(state: State, key: str, make: Callable[[], object]):
     if key not in state.cache:
         state.cache[key] = make()
     return state.cache[key]
+
+
+def add_providers(
+    bench: Bench,
+    ours: Callable[[str], Callable],
+    reference: Callable[[str], Callable],
+    wrap: Callable[[str, Callable], Callable],
+    rounded_intermediate: Callable[[str], bool] = lambda op: False,
+    two_kernel: Optional[Callable[[str], Callable]] = None,
+    two_kernel_applies: Optional[Callable[[str], bool]] = None,
+) -> None:
+    """The providers every quantization bench times, in this order: ``sgl_kernel``, ``torch``
+    (the reference), ``torch.compile`` (the reference compiled once per op; see
+    :func:`compile_reference`), and optionally ``two-kernel`` (the sequence a fused op
+    replaces; only for the ops ``two_kernel_applies`` accepts). Each callable builds the call
+    for an op name; ``wrap(op, fn)`` adapts it to the harness (e.g. :func:`reset_first`)."""
+    compiled: Dict[str, Callable] = {}
+
+    def compiled_fn(case):
+        if case.op not in compiled:
+            compiled[case.op] = compile_reference(reference(case.op), rounded_intermediate(case.op))
+        return wrap(case.op, compiled[case.op])
+
+    bench.add_provider("sgl_kernel", lambda case: wrap(case.op, ours(case.op)), ours=True)
+    bench.add_provider("torch", lambda case: wrap(case.op, reference(case.op)))
+    bench.add_provider("torch.compile", compiled_fn, compiled=True)
+    if two_kernel is not None:
+        applies = None if two_kernel_applies is None else (lambda case: two_kernel_applies(case.op))
+        bench.add_provider("two-kernel", lambda case: wrap(case.op, two_kernel(case.op)), applies=applies)
