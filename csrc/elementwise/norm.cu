@@ -19,8 +19,10 @@
 #include "sgl_kernel/fastdiv.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
+#include "sgl_kernel/row_norm.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
+#include "sgl_kernel/words.cuh"
 
 namespace sgl_kernel::elementwise {
 
@@ -29,49 +31,6 @@ namespace {
 __device__ __forceinline__ int64_t row_offset(const RowStrides& s, uint32_t outer, uint32_t inner) {
   return static_cast<int64_t>(outer) * s.outer + static_cast<int64_t>(inner) * s.inner;
 }
-
-// A 16-byte vector held as four 32-bit words (a Vec16<__nv_bfloat16> copied element by
-// element takes a register per element: twice the registers, and spills at the caps below).
-// Words<T> converts one word to / from its 4 / sizeof(T) elements; bf16 and fp16 -> fp32 are
-// exact, fp32 -> T rounds to nearest even per element (as from_float), one cvt per word.
-using Word4 = Vec<uint32_t, 4>;
-
-template <typename T>
-struct Words;
-
-template <>
-struct Words<float> {
-  static constexpr int kPer = 1;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) { f[0] = __uint_as_float(w); }
-  static __device__ __forceinline__ uint32_t pack(const float* f) { return __float_as_uint(f[0]); }
-};
-
-template <>
-struct Words<__nv_bfloat16> {
-  static constexpr int kPer = 2;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
-    f[0] = __uint_as_float(w << 16);
-    f[1] = __uint_as_float(w & 0xffff0000u);
-  }
-  static __device__ __forceinline__ uint32_t pack(const float* f) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(f[0], f[1]);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-};
-
-template <>
-struct Words<half> {
-  static constexpr int kPer = 2;
-  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
-    const float2 v = __half22float2(*reinterpret_cast<const half2*>(&w));
-    f[0] = v.x;
-    f[1] = v.y;
-  }
-  static __device__ __forceinline__ uint32_t pack(const float* f) {
-    const half2 h = __floats2half2_rn(f[0], f[1]);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-};
 
 // Per vectors-per-lane configuration: the register cap and the largest row group (threads
 // per row) the launcher may use with it (cap * threads must fit the SM's 64K registers).
@@ -112,72 +71,13 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
   SGL_PDL_WAIT();  // before any input is read (the weight included)
-  // NOTE: every load of the row is issued first, then the weight's, all before any store: a
-  // store to `out` or `residual` may alias `weight` for all the compiler knows, so a weight
-  // load placed after a store waits its full latency, one round trip per vector (production
-  // before this layout, 16 vectors per lane: rmsnorm T=1 H=4096 4.80 us vs 1.62 preloaded,
-  // tune_rmsnorm.cu "prod-k v16 chain" vs "g v16 pre").
   using Wd = Words<T>;
   constexpr int kPer = Wd::kPer;
   Word4 x[kVpt], w[kVpt];
   float sum_sq = 0.f;
-  if (row_valid) {
-    Word4 r[kFused ? kVpt : 1];
-#pragma unroll
-    for (int k = 0; k < kVpt; ++k) {
-      if (exists(k)) x[k] = load_vec<Word4, kLoad>(in + col(k));
-    }
-    if constexpr (kFused) {
-#pragma unroll
-      for (int k = 0; k < kVpt; ++k) {
-        if (exists(k)) r[k] = load_vec<Word4, kLoad>(res + col(k));
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kVpt; ++k) {
-      if (exists(k)) w[k] = load_vec<Word4>(p.weight + col(k));
-    }
-#pragma unroll
-    for (int k = 0; k < kVpt; ++k) {
-      if (exists(k)) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          float f[kPer];
-          Wd::unpack(x[k][q], f);
-          if constexpr (kFused) {
-            // The sum is rounded (as the stored residual stream is), and that rounded value
-            // is what gets normalised.
-            float g[kPer];
-            Wd::unpack(r[k][q], g);
-#pragma unroll
-            for (int e = 0; e < kPer; ++e) f[e] += g[e];
-            x[k][q] = Wd::pack(f);
-            Wd::unpack(x[k][q], f);
-          }
-#pragma unroll
-          for (int e = 0; e < kPer; ++e) sum_sq += f[e] * f[e];
-        }
-        // Stored at once: nothing later depends on the store.
-        if constexpr (kFused) *reinterpret_cast<Word4*>(res + col(k)) = x[k];
-      }
-    }
-  }
-  // Sum over the row group: within the warp (groups below 32 threads are aligned power-of-two
-  // lane ranges, so xor offsets below tpr stay inside the group), then across its warps.
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < tpr) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-  }
-  if (tpr > 32) {
-    // One named barrier per row group (ids 1.., at most 2 groups per block when tpr > 32): a
-    // group waits only for its own warps, never for the block.
-    const int warps = tpr >> 5;
-    float* mine = scratch + threadIdx.y * warps;
-    if ((lane & 31) == 0) mine[lane >> 5] = sum_sq;
-    asm volatile("bar.sync %0, %1;" ::"r"(static_cast<int>(threadIdx.y) + 1), "r"(tpr) : "memory");
-    sum_sq = 0.f;
-    for (int i = 0; i < warps; ++i) sum_sq += mine[i];
-  }
+  if (row_valid) sum_sq = load_row_sum_sq<T, kVpt, kFused, kLoad>(in, res, p.weight, x, w, exists, col);
+  // (tpr > 32: at most 2 row groups per 128-thread block, named barriers 1 and 2.)
+  sum_sq = row_group_sum(sum_sq, tpr, scratch);
   if (row_valid) {
     const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll

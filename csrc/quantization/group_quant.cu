@@ -190,6 +190,24 @@ cudaError_t launch_group_quant(QuantCode code, const GroupQuantParams<T>& p, cud
   const int64_t total = p.rows * (p.hidden / kVec);
   if (total > int64_t{0xffffffff} - 4 * kThreads) return cudaErrorInvalidValue;
   const uint32_t total_vec = static_cast<uint32_t>(total);
+  if (p.masked_m == nullptr && !p.fuse_silu_and_mul && p.rows > 256) {
+    // Many plain rows: the row kernel (norm_quant.cu) holds a row per thread group and forms
+    // one scale per lane instead of one per vector.
+    RowQuantParams<T> rp{};
+    rp.input = p.input;
+    rp.output_q = p.output_q;
+    rp.scales = p.scales;
+    rp.rows = p.rows;
+    rp.hidden = p.hidden;
+    rp.input_stride = p.hidden;
+    rp.group_size = p.group_size;
+    rp.eps = p.eps;
+    rp.qmin = p.qmin;
+    rp.qmax = p.qmax;
+    rp.enable_pdl = p.enable_pdl;
+    const cudaError_t err = launch_row_group_quant<T>(code, rp, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   switch (code) {
     case QuantCode::kFp8:
       return launch_code<T, QuantCode::kFp8>(p, total_vec, stream);

@@ -26,6 +26,40 @@ __device__ __forceinline__ uint32_t group_max_bits(uint32_t v) {
   return v;
 }
 
+// max(m, |v|) that propagates NaN (PTX max.NaN; fmaxf would drop it): one FMNMX with the
+// |v| operand modifier. m is non-negative or NaN, so its bits order as abs_bits does.
+__device__ __forceinline__ float max_abs_nan(float m, float v) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(fabsf(v)));
+  return r;
+}
+
+// Group maxima of K values per lane (vector k of each lane), a group being `vpg` consecutive
+// lanes (powers of two, K <= vpg <= 32). Instead of K separate reductions (K * log2(vpg)
+// shuffles), the lanes split the work: each exchange halves the values a lane holds, the
+// upper lanes of the pair keeping the upper half. Afterwards v[0] is the group maximum of
+// vector k = (lane / (vpg / K)) % K (vpg / K lanes hold each), after K - 1 + log2(vpg / K)
+// shuffles. Every lane of the warp must call it.
+template <int K>
+__device__ __forceinline__ float group_max_split(float (&v)[K], int vpg, int lane) {
+  const int span = vpg / K;  // lanes that end up holding the same k
+#pragma unroll
+  for (int half = K / 2; half >= 1; half /= 2) {
+    const int offset = span * half;
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float send = upper ? v[i] : v[i + half];
+      const float keep = upper ? v[i + half] : v[i];
+      v[i] = max_abs_nan(keep, __shfl_xor_sync(0xffffffffu, send, offset));
+    }
+  }
+  for (int offset = span / 2; offset >= 1; offset /= 2) {
+    v[0] = max_abs_nan(v[0], __shfl_xor_sync(0xffffffffu, v[0], offset));
+  }
+  return v[0];
+}
+
 // Smallest power of two >= s (s >= 0); inf and NaN pass through, 0 stays 0.
 __device__ __forceinline__ float ue8m0_ceil(float s) {
   const uint32_t b = __float_as_uint(s);

@@ -57,28 +57,39 @@ struct GroupQuantParams {
 template <typename T>
 cudaError_t launch_group_quant(QuantCode code, const GroupQuantParams<T>& params, cudaStream_t stream);
 
-// Row-wise quantization: one scale per row (per-token ops: group_size = 0, no eps floor,
-// scales[m] at stride_m), or RMSNorm then per-group quantization of the normalised row
-// (fused_rmsnorm_quant: y = x * rsqrt(mean(x^2) + rms_eps) * w in fp32, not rounded), with
-// the residual add first (fused_add_rmsnorm_quant: residual <- residual + input, rounded to
-// T, is what gets normalised).
+// Row-wise quantization. launch_row_quant: one scale per row (the per-token ops; group_size
+// = 0, no eps floor, scales[m] at stride_m, weight and residual unused). launch_norm_quant:
+// RMSNorm, then one scale per group of the normalised row (fused_rmsnorm_quant: y = x *
+// rsqrt(mean(x^2) + rms_eps) * w in fp32, not rounded), with the residual add first
+// (fused_add_rmsnorm_quant: residual <- residual + input, rounded to T, is what gets
+// normalised).
 template <typename T>
 struct RowQuantParams {
   const T* input;     // [rows, hidden], row stride input_stride, last dim contiguous
   T* residual;        // [rows, hidden], row stride residual_stride; nullptr unless fused add
-  const T* weight;    // [hidden]; nullptr for the per-token ops (no norm)
+  const T* weight;    // [hidden] (norm ops)
   void* output_q;     // [rows, hidden] contiguous, int8 or e4m3
   ScaleOut scales;
   int64_t rows, hidden, input_stride, residual_stride;
-  int group_size;     // 0: one scale per row; else a power of two 16..256 dividing hidden
+  int group_size;     // norm ops: a power of two 16..256 dividing hidden
   float rms_eps, eps, qmin, qmax;
   bool enable_pdl;
 };
 
-// T: float, half, __nv_bfloat16. Returns cudaErrorInvalidValue for a configuration the
-// bindings should have rejected (group_size, alignment of the norm path).
+// T: float, half, __nv_bfloat16. launch_row_quant: code kFp8 or kInt8RoundEven;
+// launch_norm_quant: kFp8 or kInt8Trunc. Returns cudaErrorInvalidValue for a configuration
+// the bindings should have rejected.
 template <typename T>
 cudaError_t launch_row_quant(QuantCode code, const RowQuantParams<T>& params, cudaStream_t stream);
+template <typename T>
+cudaError_t launch_norm_quant(QuantCode code, const RowQuantParams<T>& params, cudaStream_t stream);
+
+// Kernel-side only (launch_group_quant calls it): the plain per-token-group quantization of
+// many contiguous rows on the row kernel of launch_norm_quant, with weight and residual null;
+// cudaErrorNotSupported where that kernel does not apply (<= 256 rows, unaligned rows, groups
+// of more than 32 vectors), and the caller falls back to its own kernel.
+template <typename T>
+cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& params, cudaStream_t stream);
 
 // sgl_per_tensor_quant_fp8: with `dynamic`, scale[0] <- max(scale[0], max|x| / 448) (a
 // reduction kernel with atomics on the float's bits), then q = e4m3(clamp(x / scale[0])).

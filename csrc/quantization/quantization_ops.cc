@@ -336,7 +336,7 @@ void norm_quant_impl(const char* op, const at::Tensor& input, at::Tensor* residu
       p.qmin = static_cast<float>(fp8_min);
       p.qmax = static_cast<float>(fp8_max);
       p.enable_pdl = pdl;
-      return launch_row_quant<T>(code, p, stream);
+      return launch_norm_quant<T>(code, p, stream);
     });
     check_launch(op, err);
   }

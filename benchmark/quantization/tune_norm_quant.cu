@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: Apache-2.0
+// Launch-shape sweep of fused_rmsnorm_quant / fused_add_rmsnorm_quant (bf16 -> e4m3, g=128,
+// row-major fp32 scales), standalone (no torch). Rows: "prod" (launch_norm_quant as shipped),
+// "vNrRbB" (the vector kernel of csrc/quantization/norm_quant.cu, included below, at N vectors
+// per lane, __maxnreg__ R, B threads per block), and "2-kernel" (launch_rmsnorm, then
+// launch_group_quant: what a caller runs without the fused op). Every fused row's codes and
+// scales are compared with the block-per-row scalar kernel's: a different split of the sum of
+// squares moves rstd by an ulp or so, and with it the scales (up to 1e-5 relative) and a code
+// on a rounding boundary here and there (up to 1e-4 of them); 'X' marks a failed check.
+//
+//   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc \
+//     -o /tmp/tune_norm_quant benchmark/quantization/tune_norm_quant.cu \
+//     csrc/elementwise/norm.cu csrc/quantization/group_quant.cu
+//   /tmp/tune_norm_quant [--T 1,16,128,1024,4096,32768] [--H 4096,7168] [--op plain|add|group|all]
+//
+// "group" times the plain per-token-group quant (launch_group_quant as "prod": the row kernel
+// with the norm compiled out above 256 rows) against the row kernel's other shapes; its check
+// reference is group_quant.cu's flat kernel.
+//
+// Timing as benchmark/harness.py: the median per-call time over replays of a CUDA graph of
+// back-to-back launches (PDL on); calls whose buffers fit four times in L2 reuse one buffer
+// set, larger ones rotate among enough sets to cover 4x L2. GB/s counts every byte read or
+// written once (input, residual read and write, weight, codes, scales); the 2-kernel row is
+// given the fused op's byte count, so its GB/s compares directly.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../../csrc/quantization/norm_quant.cu"
+#include "elementwise/elementwise.h"
+
+namespace tune {
+
+using namespace sgl_kernel;
+using namespace sgl_kernel::quantization;
+using T = __nv_bfloat16;
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                           \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+constexpr int kGroup = 128;
+constexpr float kFp8Max = 448.0f;
+
+__global__ void fill_kernel(T* p, size_t n, uint32_t seed, float scale, float offset) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = (h & 0xffffff) / float(0x1000000) - 0.5f;
+    p[i] = __float2bfloat16_rn(offset + scale * u);
+  }
+}
+
+struct Set {
+  T *x, *res, *w, *tmp;  // tmp: the 2-kernel row's normalised output
+  uint8_t* q;
+  float* s;
+};
+
+using Launch = std::function<cudaError_t(const Set&, cudaStream_t)>;
+struct Variant {
+  std::string name;
+  Launch fused[3];  // [plain, add, group: per-token-group quant of x, no norm]
+};
+
+RowQuantParams<T> params(const Set& b, int64_t rows, int64_t hidden, bool add) {
+  RowQuantParams<T> p{};
+  p.input = b.x;
+  p.residual = add ? b.res : nullptr;
+  p.weight = b.w;
+  p.output_q = b.q;
+  p.scales.ptr = b.s;
+  p.scales.stride_m = hidden / kGroup;
+  p.scales.stride_g = 1;
+  p.scales.groups = hidden / kGroup;
+  p.rows = rows;
+  p.hidden = hidden;
+  p.input_stride = hidden;
+  p.residual_stride = hidden;
+  p.group_size = kGroup;
+  p.rms_eps = 1e-6f;
+  p.eps = 1e-10f;
+  p.qmin = -kFp8Max;
+  p.qmax = kFp8Max;
+  p.enable_pdl = true;
+  return p;
+}
+
+template <int kVpt, int kRegs, int kBlock>
+Variant shape_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = "v" + std::to_string(kVpt) + "r" + std::to_string(kRegs) + "b" + std::to_string(kBlock);
+  for (int op = 0; op < 3; ++op) {
+    v.fused[op] = [=](const Set& b, cudaStream_t s) {
+      const RowQuantParams<T> p = params(b, rows, hidden, op == 1);
+      const int hv = int(hidden / 8), vpg = kGroup / 8;
+      const int tpr = norm_quant_threads_per_row<kVpt>(hv, vpg, norm_quant_max_threads(kRegs));
+      if (tpr == 0) return cudaErrorNotSupported;
+      if (op == 2) return launch_norm_vec<T, QuantCode::kFp8, kVpt, kRegs, false, false>(p, tpr, kBlock, 4, s);
+      return op == 1 ? launch_norm_vec<T, QuantCode::kFp8, kVpt, kRegs, true>(p, tpr, kBlock, 4, s)
+                     : launch_norm_vec<T, QuantCode::kFp8, kVpt, kRegs, false>(p, tpr, kBlock, 4, s);
+    };
+  }
+  return v;
+}
+
+cudaError_t group_quant(const Set& b, const T* in, int64_t rows, int64_t hidden, cudaStream_t s) {
+  GroupQuantParams<T> gp{};
+  gp.input = in;
+  gp.output_q = b.q;
+  gp.scales.ptr = b.s;
+  gp.scales.stride_m = hidden / kGroup;
+  gp.scales.stride_g = 1;
+  gp.scales.groups = hidden / kGroup;
+  gp.rows = rows;
+  gp.tokens_per_expert = rows;
+  gp.hidden = hidden;
+  gp.group_size = kGroup;
+  gp.eps = 1e-10f;
+  gp.qmin = -kFp8Max;
+  gp.qmax = kFp8Max;
+  gp.enable_pdl = true;
+  return launch_group_quant<T>(QuantCode::kFp8, gp, s);
+}
+
+// The flat kernel of group_quant.cu, as the reference of the "group" rows: launch_group_quant
+// takes it for calls of <= 256 rows, so the rows go in chunks of 256.
+cudaError_t group_quant_flat(const Set& b, int64_t rows, int64_t hidden, cudaStream_t s) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 256) {
+    Set c = b;
+    c.q = b.q + r0 * hidden;
+    c.s = b.s + r0 * (hidden / kGroup);
+    const cudaError_t e = group_quant(c, b.x + r0 * hidden, std::min<int64_t>(256, rows - r0), hidden, s);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<int64_t> parse(const char* s) {
+  std::vector<int64_t> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  std::vector<int64_t> Ts = {1, 16, 128, 1024, 4096, 32768}, Hs = {4096, 7168};
+  int ops = 7;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--T")) Ts = parse(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--H")) Hs = parse(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--op")) {
+      const char* o = argv[i + 1];
+      ops = !std::strcmp(o, "plain") ? 1 : !std::strcmp(o, "add") ? 2 : !std::strcmp(o, "group") ? 4 : 7;
+    }
+  }
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  int dev = 0, l2 = 0;
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+
+  for (int opi = 0; opi < 3; ++opi) {
+    if (!(ops & (1 << opi))) continue;
+    const bool add = opi == 1, group = opi == 2;
+    const char* op = group ? "per_token_group_quant" : add ? "fused_add_rmsnorm_quant" : "fused_rmsnorm_quant";
+    for (int64_t H : Hs) {
+      std::printf("\n%s bf16 H=%ld g=%d: us per call (GB/s)\n%-14s", op, long(H), kGroup, "variant");
+      for (int64_t Tn : Ts) std::printf(" %20s", ("T=" + std::to_string(Tn)).c_str());
+      std::printf("\n");
+      std::vector<std::vector<std::string>> cells;
+      std::vector<std::string> names;
+      for (size_t ti = 0; ti < Ts.size(); ++ti) {
+        const int64_t Tn = Ts[ti];
+        const size_t n = size_t(Tn) * H, G = H / kGroup;
+        const size_t set_bytes = n * 2 * 3 + H * 2 + n + size_t(Tn) * G * 4;
+        const double op_bytes = double(n) * (add ? 7 : 3) + (group ? 0 : H * 2.0) + double(Tn) * G * 4;
+        const int nsets = set_bytes * 4 <= size_t(l2) ? 1 : int((4 * size_t(l2) + set_bytes - 1) / set_bytes);
+        std::vector<Set> sets(nsets);
+        for (int i = 0; i < nsets; ++i) {
+          Set& b = sets[i];
+          CK(cudaMalloc(&b.x, n * 2));
+          CK(cudaMalloc(&b.res, n * 2));
+          CK(cudaMalloc(&b.tmp, n * 2));
+          CK(cudaMalloc(&b.w, H * 2));
+          CK(cudaMalloc(&b.q, n));
+          CK(cudaMalloc(&b.s, Tn * G * 4));
+          fill_kernel<<<1024, 256, 0, st>>>(b.x, n, 17 + i, 4.0f, 0.0f);
+          fill_kernel<<<1024, 256, 0, st>>>(b.res, n, 91 + i, 4.0f, 0.0f);
+          fill_kernel<<<64, 256, 0, st>>>(b.w, H, 5 + i, 1.0f, 1.0f);
+        }
+        T *x0, *r0;
+        CK(cudaMalloc(&x0, n * 2));
+        CK(cudaMalloc(&r0, n * 2));
+        CK(cudaMemcpyAsync(x0, sets[0].x, n * 2, cudaMemcpyDeviceToDevice, st));
+        CK(cudaMemcpyAsync(r0, sets[0].res, n * 2, cudaMemcpyDeviceToDevice, st));
+        auto restore = [&] {
+          CK(cudaMemcpyAsync(sets[0].x, x0, n * 2, cudaMemcpyDeviceToDevice, st));
+          CK(cudaMemcpyAsync(sets[0].res, r0, n * 2, cudaMemcpyDeviceToDevice, st));
+        };
+
+        std::vector<Variant> vs;
+        {
+          Variant prod{"prod", {}};
+          for (int a = 0; a < 2; ++a)
+            prod.fused[a] = [=](const Set& b, cudaStream_t s) {
+              return launch_norm_quant<T>(QuantCode::kFp8, params(b, Tn, H, a), s);
+            };
+          prod.fused[2] = [=](const Set& b, cudaStream_t s) { return group_quant(b, b.x, Tn, H, s); };
+          vs.push_back(prod);
+          Variant two{"2-kernel", {}};
+          for (int a = 0; a < 2; ++a)
+            two.fused[a] = [=](const Set& b, cudaStream_t s) {
+              sgl_kernel::elementwise::RmsNormParams<T> rp{};
+              rp.out = a ? b.x : b.tmp;
+              rp.input = b.x;
+              rp.residual = a ? b.res : nullptr;
+              rp.weight = b.w;
+              rp.out_rows = {H, 0};
+              rp.input_rows = {H, 0};
+              rp.residual_rows = {H, 0};
+              rp.rows = Tn;
+              rp.rows_inner = 1;
+              rp.hidden = H;
+              rp.eps = 1e-6f;
+              rp.enable_pdl = true;
+              cudaError_t e = sgl_kernel::elementwise::launch_rmsnorm<T>(rp, s);
+              if (e != cudaSuccess) return e;
+              return group_quant(b, rp.out, Tn, H, s);
+            };
+          two.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+          vs.push_back(two);
+        }
+        vs.push_back(shape_variant<1, 32, 128>(Tn, H));
+        vs.push_back(shape_variant<1, 64, 128>(Tn, H));
+        vs.push_back(shape_variant<2, 64, 128>(Tn, H));
+        vs.push_back(shape_variant<2, 64, 256>(Tn, H));
+        vs.push_back(shape_variant<4, 64, 128>(Tn, H));
+        vs.push_back(shape_variant<4, 64, 256>(Tn, H));
+        vs.push_back(shape_variant<8, 128, 128>(Tn, H));
+        vs.push_back(shape_variant<8, 128, 256>(Tn, H));
+        if (names.empty())
+          for (auto& v : vs) names.push_back(v.name);
+        cells.resize(vs.size());
+
+        // Reference on set 0 (after a restore): the scalar kernel; for "group", the flat kernel.
+        uint8_t *qref, *qgot;
+        float *sref, *sgot;
+        CK(cudaMallocHost(&qref, n));
+        CK(cudaMallocHost(&qgot, n));
+        CK(cudaMallocHost(&sref, Tn * G * 4));
+        CK(cudaMallocHost(&sgot, Tn * G * 4));
+        restore();
+        {
+          const RowQuantParams<T> p = params(sets[0], Tn, H, add);
+          CK(group ? group_quant_flat(sets[0], Tn, H, st) : add ? launch_kernel(norm_quant_scalar_kernel<T, QuantCode::kFp8, true>, dim3(Tn), dim3(256), 0, st, false, p)
+                 : launch_kernel(norm_quant_scalar_kernel<T, QuantCode::kFp8, false>, dim3(Tn), dim3(256), 0, st, false, p));
+        }
+        CK(cudaMemcpyAsync(qref, sets[0].q, n, cudaMemcpyDeviceToHost, st));
+        CK(cudaMemcpyAsync(sref, sets[0].s, Tn * G * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+
+        for (size_t vi = 0; vi < vs.size(); ++vi) {
+          const Launch& fn = vs[vi].fused[opi];
+          std::string cell = "-";
+          restore();
+          CK(cudaMemsetAsync(sets[0].q, 0x7f, n, st));
+          CK(cudaMemsetAsync(sets[0].s, 0xff, Tn * G * 4, st));
+          if (fn(sets[0], st) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cells[vi].push_back(cell);
+            continue;
+          }
+          CK(cudaMemcpyAsync(qgot, sets[0].q, n, cudaMemcpyDeviceToHost, st));
+          CK(cudaMemcpyAsync(sgot, sets[0].s, Tn * G * 4, cudaMemcpyDeviceToHost, st));
+          CK(cudaStreamSynchronize(st));
+          size_t qdiff = 0, sdiff = 0;
+          double srel = 0;
+          for (size_t i = 0; i < n; ++i) qdiff += qgot[i] != qref[i];
+          for (size_t i = 0; i < size_t(Tn) * G; ++i) {
+            sdiff += std::memcmp(&sgot[i], &sref[i], 4) != 0;
+            const double d = std::fabs(double(sgot[i]) - sref[i]) / std::max(1e-30, double(std::fabs(sref[i])));
+            srel = std::isnan(d) ? 1.0 : std::max(srel, d);
+          }
+          // the 2-kernel row rounds y to bf16 before quantising: only a rough check there
+          const bool two = vs[vi].name == "2-kernel";
+          const bool ok = two ? qdiff <= 0.2 * n && srel < 1e-2 : qdiff <= 1e-4 * n && srel <= 1e-5;
+          int calls = 200;
+          {
+            for (int i = 0; i < 3; ++i) CK(fn(sets[i % nsets], st));
+            CK(cudaEventRecord(e0, st));
+            for (int i = 0; i < 5; ++i) CK(fn(sets[i % nsets], st));
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            calls = std::max(nsets, std::min(200, int(2.0f / std::max(ms / 5, 1e-4f))));
+            calls = (calls + nsets - 1) / nsets * nsets;
+          }
+          cudaGraph_t g;
+          cudaGraphExec_t ge;
+          CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+          for (int i = 0; i < calls; ++i) CK(fn(sets[i % nsets], st));
+          CK(cudaStreamEndCapture(st, &g));
+          CK(cudaGraphInstantiate(&ge, g, 0));
+          CK(cudaGraphLaunch(ge, st));
+          CK(cudaStreamSynchronize(st));
+          std::vector<double> ts;
+          for (int r = 0; r < 15; ++r) {
+            CK(cudaEventRecord(e0, st));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            ts.push_back(ms * 1e3 / calls);
+          }
+          CK(cudaGraphExecDestroy(ge));
+          CK(cudaGraphDestroy(g));
+          const double us = median(ts);
+          char buf[64];
+          std::snprintf(buf, sizeof buf, "%.2f (%.0f)%s", us, op_bytes / (us * 1e-6) / 1e9, ok ? "" : " X");
+          if (!ok) {
+            std::printf("[check %s T=%ld: %zu codes, %zu scales differ (max rel %.2g)]\n", vs[vi].name.c_str(), long(Tn),
+                        qdiff, sdiff, srel);
+          }
+          cells[vi].push_back(buf);
+        }
+        for (Set& b : sets) {
+          CK(cudaFree(b.x));
+          CK(cudaFree(b.res));
+          CK(cudaFree(b.tmp));
+          CK(cudaFree(b.w));
+          CK(cudaFree(b.q));
+          CK(cudaFree(b.s));
+        }
+        CK(cudaFree(x0));
+        CK(cudaFree(r0));
+        CK(cudaFreeHost(qref));
+        CK(cudaFreeHost(qgot));
+        CK(cudaFreeHost(sref));
+        CK(cudaFreeHost(sgot));
+      }
+      for (size_t vi = 0; vi < names.size(); ++vi) {
+        std::printf("%-14s", names[vi].c_str());
+        for (auto& c : cells[vi]) std::printf(" %20s", c.c_str());
+        std::printf("\n");
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace tune
+
+int main(int argc, char** argv) { return tune::run(argc, argv); }

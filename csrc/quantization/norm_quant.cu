@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: Apache-2.0
+// fused_rmsnorm_quant / fused_add_rmsnorm_quant: RMSNorm of a row (after the residual add),
+// then one scale per group of the normalised row and its 8-bit codes, one pass over memory.
+// The same kernel without the norm serves sgl_per_token_group_quant_8bit for many plain rows
+// (launch_row_group_quant, called by group_quant.cu).
+//
+// Vector path (hidden % kVec == 0, 16-byte aligned rows and weight, a group of at most 32
+// vectors): a row group of `tpr` threads (threadIdx.x) owns a row and keeps it in registers
+// as 32-bit words, kVpt 16-byte vectors per lane, vector lane + k * tpr (the RMSNorm kernel's
+// layout, csrc/elementwise/norm.cu, and its loads: sgl_kernel/row_norm.cuh). A quantization
+// group is then `vpg` consecutive lanes at one k: the launcher makes tpr a multiple of vpg, so
+// every group lies wholly inside the row or wholly past its end. The lanes of a group split
+// its kVpt maxima among themselves (group_max_split), so each lane divides once, not kVpt
+// times. With a division per vector, y recomputed for the codes and the maximum taken on the
+// bits, the kernel was bound by instruction issue (H200, bf16 H=4096 T=32768: 169 us; 129
+// with all three changes).
+// Otherwise a block per row, two passes (the second re-reads the row from L1/L2).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "quantization/quant.cuh"
+#include "quantization/quantization.h"
+#include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/reduce.cuh"
+#include "sgl_kernel/row_norm.cuh"
+#include "sgl_kernel/types.cuh"
+#include "sgl_kernel/vec.cuh"
+#include "sgl_kernel/words.cuh"
+
+namespace sgl_kernel::quantization {
+
+namespace {
+
+// Largest block the kernel may run with under a register cap (the SM has 64K registers).
+constexpr int norm_quant_max_threads(int max_regs) { return max_regs <= 64 ? 1024 : 512; }
+
+// kMaxRegs: __maxnreg__ of the instantiation (the launcher keeps tpr * rows per block within
+// norm_quant_max_threads). vpg_log2: log2 of the vectors per quantization group.
+// kNorm = false: no norm (y = x): the plain per-token-group quantization of contiguous rows.
+template <typename T, QuantCode kCode, int kVpt, int kMaxRegs, bool kFused, bool kNorm = true>
+__global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(kMaxRegs)
+    norm_quant_vec_kernel(const RowQuantParams<T> p, const int vpg_log2) {
+  constexpr int kVec = kVec16<T>;
+  using Wd = Words<T>;
+  constexpr int kPer = Wd::kPer;
+  __shared__ float scratch[32];  // one partial sum per warp of the block
+
+  const int lane = threadIdx.x;
+  const int tpr = blockDim.x;
+  const int hv = static_cast<int>(p.hidden / kVec);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  // Rows past the end still take part in the shuffles and the barrier.
+  const bool row_valid = row < p.rows;
+  // The launcher picks tpr with (kVpt - 1) * tpr <= hv: only each lane's last vector may lie
+  // past the row's end.
+  const bool has_last = lane + (kVpt - 1) * tpr < hv;
+  auto exists = [&](int k) { return row_valid && (k < kVpt - 1 || has_last); };
+  auto col = [&](int k) { return (lane + k * tpr) * kVec; };
+  const T* in = p.input + row * p.input_stride;
+  T* res = kFused ? p.residual + row * p.residual_stride : nullptr;
+
+  SGL_PDL_WAIT();
+  Word4 x[kVpt], w[kNorm ? kVpt : 1];
+  float rstd = 1.0f;
+  if constexpr (kNorm) {
+    const float sum_sq = load_row_sum_sq<T, kVpt, kFused>(in, res, p.weight, x, w, exists, col);
+    rstd = rsqrtf(row_group_sum(sum_sq, tpr, scratch) / static_cast<float>(p.hidden) + p.rms_eps);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      if (exists(k)) x[k] = load_vec<Word4>(in + col(k));
+    }
+  }
+
+  // y = x * rstd * w in fp32 (not rounded; y = x without the norm), kept for the code pass.
+  float y[kVpt][kVec];
+  float amax[kVpt];
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    amax[k] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float f[kPer];
+      Wd::unpack(x[k][q], f);
+      if constexpr (kNorm) {
+        float g[kPer];
+        Wd::unpack(w[kNorm ? k : 0][q], g);
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) f[e] = f[e] * rstd * g[e];
+      }
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        y[k][q * kPer + e] = f[e];
+        amax[k] = max_abs_nan(amax[k], f[e]);
+      }
+    }
+    // Past the row's end: 0 (such a lane shares no group with one inside the row).
+    if (!exists(k)) amax[k] = 0.0f;
+  }
+  const int vpg = 1 << vpg_log2;
+  const bool clamp = needs_clamp<kCode>(p.qmin, p.qmax);
+  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
+  float inv[kVpt];
+  if (vpg >= kVpt) {
+    // One scale per lane: vpg / kVpt lanes share each (group, k); the first stores it, and
+    // every lane fetches the kVpt inverses it needs from the lanes that hold them.
+    const int span = vpg / kVpt;
+    const int own = (lane / span) % kVpt;
+    const float s = scale_from_amax(__float_as_uint(group_max_split<kVpt>(amax, vpg, lane)), p.eps, p.qmax);
+    const bool store = (lane & (span - 1)) == 0 && exists(own);
+    const float used = store ? store_scale(p.scales, 0, row, (lane + own * tpr) >> vpg_log2, s) : codes_scale(p.scales, s);
+    const float mine = inverse_scale(used);
+    if constexpr (kVpt == 1) {
+      inv[0] = mine;
+    } else {
+      // Source lanes are warp lanes: a row group narrower than a warp starts mid-warp.
+      const int warp_lane = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) & 31;
+      const int base = warp_lane & ~(vpg - 1);
+#pragma unroll
+      for (int k = 0; k < kVpt; ++k) inv[k] = __shfl_sync(0xffffffffu, mine, base + k * span);
+    }
+  } else {
+    // Small groups (fewer lanes than vectors per lane): a reduction per k.
+    for (int offset = 1; offset < vpg; offset <<= 1) {
+#pragma unroll
+      for (int k = 0; k < kVpt; ++k) amax[k] = max_abs_nan(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], offset));
+    }
+    const bool leader = (lane & (vpg - 1)) == 0;
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      const float s = scale_from_amax(__float_as_uint(amax[k]), p.eps, p.qmax);
+      const float used = leader && exists(k) ? store_scale(p.scales, 0, row, (lane + k * tpr) >> vpg_log2, s)
+                                             : codes_scale(p.scales, s);
+      inv[k] = inverse_scale(used);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    if (exists(k)) {
+      *reinterpret_cast<Vec<uint8_t, kVec>*>(out_q + col(k)) = to_codes<kCode>(y[k], inv[k], p.qmin, p.qmax, clamp);
+    }
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+// Any row alignment and hidden size: a block per row; pass 1 forms the sum of squares (and
+// stores the residual), pass 2 gives each warp whole groups (group_size / 32 elements a lane).
+template <typename T, QuantCode kCode, bool kFused>
+__global__ void __launch_bounds__(256) norm_quant_scalar_kernel(const RowQuantParams<T> p) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* in = p.input + row * p.input_stride;
+  T* res = kFused ? p.residual + row * p.residual_stride : nullptr;
+  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
+  SGL_PDL_WAIT();
+  float sum_sq = 0.f;
+  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) {
+    float f = to_float(in[j]);
+    if constexpr (kFused) {
+      const T s = from_float<T>(f + to_float(res[j]));
+      res[j] = s;
+      f = to_float(s);
+    }
+    sum_sq += f * f;
+  }
+  // The barriers inside also make this block's residual stores visible to pass 2.
+  sum_sq = block_reduce_sum(sum_sq, scratch);
+  const float rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.rms_eps);
+  const T* src = kFused ? res : in;
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x >> 5;
+  const int64_t groups = p.hidden / p.group_size;
+  for (int64_t g = threadIdx.x >> 5; g < groups; g += warps) {
+    const int64_t base = g * p.group_size;
+    uint32_t amax = 0;
+    for (int e = lane; e < p.group_size; e += 32) {
+      amax = max(amax, abs_bits(to_float(src[base + e]) * rstd * to_float(p.weight[base + e])));
+    }
+    amax = group_max_bits<32>(amax);
+    const float s = scale_from_amax(amax, p.eps, p.qmax);
+    const float used = lane == 0 ? store_scale(p.scales, 0, row, g, s) : codes_scale(p.scales, s);
+    const float inv = inverse_scale(used);
+    for (int e = lane; e < p.group_size; e += 32) {
+      const float y = to_float(src[base + e]) * rstd * to_float(p.weight[base + e]);
+      out_q[base + e] = to_code<kCode>(y * inv, p.qmin, p.qmax);
+    }
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+// Threads per row for hv vectors at kVpt vectors a lane, vpg vectors a group: the fewest (a
+// power of two below 32, else a multiple of 32, and a multiple of vpg) that hold the row, with
+// every vector but each lane's last inside it ((kVpt - 1) * tpr <= hv) and within max_threads;
+// 0 when there is none.
+template <int kVpt>
+int norm_quant_threads_per_row(int hv, int vpg, int max_threads) {
+  const int need = (hv + kVpt - 1) / kVpt;
+  int tpr = vpg;
+  if (need <= 32) {
+    while (tpr < need) tpr *= 2;
+  } else {
+    tpr = std::max(tpr, (need + 31) / 32 * 32);
+  }
+  if (tpr > max_threads || (kVpt - 1) * tpr > hv) return 0;
+  return tpr;
+}
+
+template <typename T, QuantCode kCode, int kVpt, int kMaxRegs, bool kFused, bool kNorm = true>
+cudaError_t launch_norm_vec(const RowQuantParams<T>& p, int tpr, int block_threads, int vpg_log2,
+                            cudaStream_t stream) {
+  const int groups = std::max(1, block_threads / tpr);
+  const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, groups)));
+  const dim3 block(static_cast<uint32_t>(tpr), static_cast<uint32_t>(groups));
+  return launch_kernel(norm_quant_vec_kernel<T, kCode, kVpt, kMaxRegs, kFused, kNorm>, grid, block, 0, stream,
+                       p.enable_pdl, p, vpg_log2);
+}
+
+// One vector-path configuration: vectors a lane, register cap, threads a block.
+struct NormQuantShape {
+  int vpt, max_regs, block_threads;
+};
+
+template <typename T, QuantCode kCode, bool kFused, bool kNorm>
+cudaError_t launch_norm_shape(const RowQuantParams<T>& p, const NormQuantShape& s, int tpr, int vpg_log2,
+                              cudaStream_t stream) {
+#define SGL_NQ_CASE(VPT, REGS)                                                                       \
+  if (s.vpt == VPT && s.max_regs == REGS) {                                                         \
+    return launch_norm_vec<T, kCode, VPT, REGS, kFused, kNorm>(p, tpr, s.block_threads, vpg_log2, stream); \
+  }
+  SGL_NQ_CASE(1, 64)
+  SGL_NQ_CASE(2, 64)
+  SGL_NQ_CASE(4, 64)
+  SGL_NQ_CASE(8, 128)
+#undef SGL_NQ_CASE
+  return cudaErrorNotSupported;
+}
+
+// Shapes tried in order, by rows: the first whose threads per row fit runs.
+// NOTE (H200, bf16 g=128, benchmark/quantization/tune_norm_quant.cu): decode (<= 256 rows): 2
+// vectors a lane (fused_rmsnorm_quant H=4096 T=1/16/128 1.90/1.97/2.23 us; 1 vector 1.91/1.99/
+// 2.25, 4 vectors 2.07/2.16/2.41; H=7168 2.36/2.43/2.71, 1 vector 2.49/2.56/2.91). Many rows:
+// 8 vectors a lane under 128 registers in 128-thread blocks (H=4096 T=32768 125.8 us, 4
+// vectors / 256-thread blocks 128.6; fused add 229.4 against 229.0; H=7168 238.7 / 241.3);
+// the 4-vector shape was up to 2 % faster at T=1024-4096 for H=4096.
+constexpr NormQuantShape kDecodeShapes[] = {{2, 64, 128}, {1, 64, 128}, {4, 64, 128}, {8, 128, 128}};
+constexpr NormQuantShape kManyRowShapes[] = {{8, 128, 128}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
+// The plain group quant (no norm), rows > 256: 4 vectors a lane, 128-thread blocks (H=4096
+// T=32768 97.7 us against 110.3 for the flat kernel of group_quant.cu, T=4096 14.3 / 15.9,
+// T=1024 5.31 / 5.54; H=7168 T=32768 170.5 / 191.2). The flat kernel stays faster below
+// (T=1: 1.07 us against 1.33 for the best row shape).
+constexpr NormQuantShape kGroupShapes[] = {{4, 64, 128}, {8, 128, 128}, {2, 64, 128}, {1, 64, 128}};
+
+template <typename T, QuantCode kCode, bool kFused, bool kNorm, size_t kShapes>
+cudaError_t launch_shapes(const RowQuantParams<T>& p, int hv, int vpg, const NormQuantShape (&shapes)[kShapes],
+                          cudaStream_t stream) {
+  const int vpg_log2 = __builtin_ctz(static_cast<unsigned>(vpg));
+  for (const NormQuantShape& s : shapes) {
+    const int max_threads = norm_quant_max_threads(s.max_regs);
+    int tpr = 0;
+    switch (s.vpt) {
+      case 1: tpr = norm_quant_threads_per_row<1>(hv, vpg, max_threads); break;
+      case 2: tpr = norm_quant_threads_per_row<2>(hv, vpg, max_threads); break;
+      case 4: tpr = norm_quant_threads_per_row<4>(hv, vpg, max_threads); break;
+      case 8: tpr = norm_quant_threads_per_row<8>(hv, vpg, max_threads); break;
+      default: break;
+    }
+    if (tpr == 0) continue;
+    return launch_norm_shape<T, kCode, kFused, kNorm>(p, s, tpr, vpg_log2, stream);
+  }
+  return cudaErrorNotSupported;
+}
+
+bool aligned_rows(const void* ptr, int64_t stride_elems, int elem_bytes) {
+  return is_aligned16(ptr) && (stride_elems * elem_bytes) % 16 == 0;
+}
+
+template <typename T, QuantCode kCode>
+cudaError_t launch_norm_code(const RowQuantParams<T>& p, cudaStream_t stream) {
+  constexpr int kVec = kVec16<T>;
+  const bool fused = p.residual != nullptr;
+  if (p.group_size < 1 || p.hidden % p.group_size != 0) return cudaErrorInvalidValue;
+  const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 8192 && p.group_size % kVec == 0 &&
+                      p.group_size / kVec <= 32 && aligned_rows(p.input, p.input_stride, sizeof(T)) &&
+                      aligned_rows(p.output_q, p.hidden, 1) && is_aligned16(p.weight) &&
+                      (!fused || aligned_rows(p.residual, p.residual_stride, sizeof(T)));
+  if (vec_ok) {
+    const int hv = static_cast<int>(p.hidden / kVec);
+    const int vpg = p.group_size / kVec;
+    const auto& shapes = p.rows <= 256 ? kDecodeShapes : kManyRowShapes;
+    const cudaError_t err = fused ? launch_shapes<T, kCode, true, true>(p, hv, vpg, shapes, stream)
+                                  : launch_shapes<T, kCode, false, true>(p, hv, vpg, shapes, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
+  const dim3 grid(static_cast<uint32_t>(p.rows));
+  return fused ? launch_kernel(norm_quant_scalar_kernel<T, kCode, true>, grid, dim3(256), 0, stream, p.enable_pdl, p)
+               : launch_kernel(norm_quant_scalar_kernel<T, kCode, false>, grid, dim3(256), 0, stream, p.enable_pdl,
+                               p);
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_norm_quant(QuantCode code, const RowQuantParams<T>& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.hidden == 0) return cudaSuccess;
+  if (p.rows >= (int64_t{1} << 31) || p.weight == nullptr) return cudaErrorInvalidValue;
+  switch (code) {
+    case QuantCode::kFp8:
+      return launch_norm_code<T, QuantCode::kFp8>(p, stream);
+    case QuantCode::kInt8Trunc:
+      return launch_norm_code<T, QuantCode::kInt8Trunc>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+template <typename T>
+cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, cudaStream_t stream) {
+  constexpr int kVec = kVec16<T>;
+  if (p.rows <= 256 || p.weight != nullptr || p.residual != nullptr) return cudaErrorNotSupported;
+  if (p.group_size < kVec || p.group_size % kVec != 0 || p.group_size / kVec > 32 || p.hidden % p.group_size != 0 ||
+      p.hidden / kVec > 8192 || !aligned_rows(p.input, p.input_stride, sizeof(T)) ||
+      !aligned_rows(p.output_q, p.hidden, 1)) {
+    return cudaErrorNotSupported;
+  }
+  const int hv = static_cast<int>(p.hidden / kVec);
+  const int vpg = p.group_size / kVec;
+  switch (code) {
+    case QuantCode::kFp8:
+      return launch_shapes<T, QuantCode::kFp8, false, false>(p, hv, vpg, kGroupShapes, stream);
+    case QuantCode::kInt8Trunc:
+      return launch_shapes<T, QuantCode::kInt8Trunc, false, false>(p, hv, vpg, kGroupShapes, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+template cudaError_t launch_row_group_quant<float>(QuantCode, const RowQuantParams<float>&, cudaStream_t);
+template cudaError_t launch_row_group_quant<half>(QuantCode, const RowQuantParams<half>&, cudaStream_t);
+template cudaError_t launch_row_group_quant<__nv_bfloat16>(QuantCode, const RowQuantParams<__nv_bfloat16>&,
+                                                           cudaStream_t);
+template cudaError_t launch_norm_quant<float>(QuantCode, const RowQuantParams<float>&, cudaStream_t);
+template cudaError_t launch_norm_quant<half>(QuantCode, const RowQuantParams<half>&, cudaStream_t);
+template cudaError_t launch_norm_quant<__nv_bfloat16>(QuantCode, const RowQuantParams<__nv_bfloat16>&,
+                                                      cudaStream_t);
+
+}  // namespace sgl_kernel::quantization

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// The first half of an RMSNorm over a row held in registers, shared by the RMSNorm kernels
+// (csrc/elementwise/norm.cu) and the fused norm + quant kernel (csrc/quantization/
+// norm_quant.cu): a row group of `tpr` threads (threadIdx.x; threadIdx.y picks the group)
+// owns a row, kVpt 16-byte vectors per lane as 32-bit words, vector k of a lane at element
+// offset col(k); exists(k) says whether that vector lies inside the row.
+#pragma once
+
+#include "sgl_kernel/vec.cuh"
+#include "sgl_kernel/words.cuh"
+
+namespace sgl_kernel {
+
+// Loads the row (x), the residual (fused) and the weight (w) of this lane, in that order and
+// all before any store; with kFused, x <- x + residual rounded to T and stored back to the
+// residual. Returns the lane's sum of squares of x (fp32).
+// NOTE: a store to the output or the residual may alias the weight for all the compiler knows,
+// so a weight load placed after a store waits out its full latency, one round trip per vector
+// (16 vectors per lane, rmsnorm T=1 H=4096: 4.80 us against 1.62 with the weight loaded
+// first; benchmark/elementwise/tune_rmsnorm.cu, "prod-k v16 chain" against "g v16 pre").
+template <typename T, int kVpt, bool kFused, LoadPolicy kLoad = LoadPolicy::kDefault, typename Exists, typename Col>
+__device__ __forceinline__ float load_row_sum_sq(const T* in, T* res, const T* weight, Word4 (&x)[kVpt],
+                                                 Word4 (&w)[kVpt], Exists exists, Col col) {
+  using Wd = Words<T>;
+  constexpr int kPer = Wd::kPer;
+  Word4 r[kFused ? kVpt : 1];
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    if (exists(k)) x[k] = load_vec<Word4, kLoad>(in + col(k));
+  }
+  if constexpr (kFused) {
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      if (exists(k)) r[k] = load_vec<Word4, kLoad>(res + col(k));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    if (exists(k)) w[k] = load_vec<Word4>(weight + col(k));
+  }
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    if (exists(k)) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float f[kPer];
+        Wd::unpack(x[k][q], f);
+        if constexpr (kFused) {
+          // The sum is rounded (as the stored residual stream is), and that rounded value is
+          // what gets normalised.
+          float g[kPer];
+          Wd::unpack(r[k][q], g);
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) f[e] += g[e];
+          x[k][q] = Wd::pack(f);
+          Wd::unpack(x[k][q], f);
+        }
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) sum_sq += f[e] * f[e];
+      }
+      // Stored at once: nothing later depends on the store.
+      if constexpr (kFused) *reinterpret_cast<Word4*>(res + col(k)) = x[k];
+    }
+  }
+  return sum_sq;
+}
+
+// Sum over the row group of tpr threads (a power of two below 32, or a multiple of 32): within
+// the warp (groups below 32 threads are aligned lane ranges, so xor offsets below tpr stay
+// inside the group), then across the group's warps behind a named barrier of its own (ids
+// 1 + threadIdx.y: a group never waits for the rest of the block). `scratch`: shared memory,
+// one float per warp of the block. Every thread of the group must call it, rows past the end
+// included.
+__device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < tpr) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  if (tpr > 32) {
+    const int warps = tpr >> 5;
+    float* mine = scratch + threadIdx.y * warps;
+    if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
+    asm volatile("bar.sync %0, %1;" ::"r"(static_cast<int>(threadIdx.y) + 1), "r"(tpr) : "memory");
+    v = 0.f;
+    for (int i = 0; i < warps; ++i) v += mine[i];
+  }
+  return v;
+}
+
+}  // namespace sgl_kernel
