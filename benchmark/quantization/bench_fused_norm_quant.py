@@ -134,7 +134,7 @@ def shapes(quick: bool):
 
 
 def nbytes_of(spec: Spec, t: int, h: int, elt: int) -> int:
-    rows = (4 if spec.add else 1) * t * h * elt  # input (+ residual read and written)
+    rows = (3 if spec.add else 1) * t * h * elt  # input (+ residual read and written)
     return rows + h * elt + t * h + scale_bytes(t, h // GROUP, spec.layout)  # + weight, codes, scales
 
 
