@@ -73,37 +73,46 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
   }
 }
 
-template <typename T, int kCodeUnroll>
+// Codes of vectors of kElems elements (16, 8 or 4 bytes; the tensor's elements [0, num_vec *
+// kElems)), kUnroll vectors per thread; the rest (numel % kElems, or all of a misaligned
+// tensor) by the first block, one element per thread.
+template <typename T, int kElems, int kUnroll>
 __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
-  constexpr int kUnroll = kCodeUnroll;
-  constexpr int kVec = kVec16<T>;
+  using V = Vec<T, kElems>;
   SGL_PDL_WAIT();
   const float inv = inverse_scale(*p.scale);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
-  Vec16<T> x[kUnroll];
+  V x[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
-    if (i < num_vec) x[u] = load16<T, LoadPolicy::kStream>(p.input + i * kVec);
+    if (i < num_vec) x[u] = load_vec<V, LoadPolicy::kStream>(p.input + i * kElems);
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
     if (i < num_vec) {
-      float y[kVec];
+      float y[kElems];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) y[e] = to_float(x[u][e]);
-      *reinterpret_cast<Vec<uint8_t, kVec>*>(p.output_q + i * kVec) =
+      for (int e = 0; e < kElems; ++e) y[e] = to_float(x[u][e]);
+      *reinterpret_cast<Vec<uint8_t, kElems>*>(p.output_q + i * kElems) =
           to_codes<QuantCode::kFp8>(y, inv, -kFp8Max, kFp8Max, false);
     }
   }
-  // Scalar tail (and the whole tensor when misaligned): the first block's threads.
   if (blockIdx.x == 0) {
-    for (int64_t j = num_vec * kVec + threadIdx.x; j < p.numel; j += kThreads) {
+    for (int64_t j = num_vec * kElems + threadIdx.x; j < p.numel; j += kThreads) {
       p.output_q[j] = to_code<QuantCode::kFp8>(to_float(p.input[j]) * inv, -kFp8Max, kFp8Max);
     }
   }
   SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+template <typename T, int kElems, int kUnroll>
+cudaError_t launch_code_kernel(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
+  const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads * kUnroll));
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0,
+                       stream, p.enable_pdl, p, num_vec);
 }
 
 constexpr int kClusterBlocks = 8;      // portable cluster size
@@ -241,16 +250,19 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
     SGL_CUDA_TRY(launch_kernel(tensor_amax_kernel<T>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p,
                                num_vec));
   }
-  // NOTE: small tensors get one vector per thread, so that they spread over more SMs.
+  // NOTE: small tensors get one vector per thread, so that they spread over more SMs; below 64
+  // KB of input, 4-byte vectors (16-bit types) or 8-byte ones (fp32) over more threads (as
+  // the activations' decode shapes, activation.cu).
   if (num_vec < int64_t{132} * kThreads * kUnroll) {
-    const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads));
-    return launch_kernel(tensor_code_kernel<T, 1>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0, stream,
-                         p.enable_pdl, p, num_vec);
+    constexpr int kNarrow = 2;  // elements: a 4-byte vector (8 bytes for fp32)
+    const bool narrow_ok = reinterpret_cast<uintptr_t>(p.input) % (kNarrow * sizeof(T)) == 0 &&
+                           reinterpret_cast<uintptr_t>(p.output_q) % kNarrow == 0;
+    if (p.numel * static_cast<int64_t>(sizeof(T)) < (int64_t{64} << 10) && narrow_ok) {
+      return launch_code_kernel<T, kNarrow, 1>(p, p.numel / kNarrow, stream);
+    }
+    return launch_code_kernel<T, kVec, 1>(p, num_vec, stream);
   }
-  const int64_t blocks = ceil_div<int64_t>(num_vec, kThreads * kUnroll);
-  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  return launch_kernel(tensor_code_kernel<T, kUnroll>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0,
-                       stream, p.enable_pdl, p, num_vec);
+  return launch_code_kernel<T, kVec, kUnroll>(p, num_vec, stream);
 }
 
 template cudaError_t launch_per_tensor_quant<float>(const TensorQuantParams<float>&, cudaStream_t);

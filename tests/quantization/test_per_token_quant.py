@@ -283,36 +283,41 @@ def test_per_tensor_large():
     assert float(q[12345, 4001].float()) == -448.0
 
 
-# Around the largest tensor the one-launch (cluster) path of the dynamic op takes on sm90: 8
-# blocks x 512 threads x 8 vectors of 16 bytes (elements per vector: 8 for 16-bit types, 4
-# for fp32); past it the two-kernel path runs. "+tail": numel % vector != 0 (scalar tail);
-# "misaligned": the input starts one element past a 16-byte boundary (all scalar).
+# Sizes at the launchers' limits. Dynamic on sm90: the one-launch (cluster) path takes up to
+# 8 blocks x 512 threads x 8 vectors of 16 bytes (elements per vector: 8 for 16-bit types, 4
+# for fp32), the two-kernel path beyond. Both modes: below 64 KB of input the code kernel uses
+# 2-element vectors. "tail": numel % vector != 0 (scalar tail); "misaligned": the input starts
+# one element past a 16-byte boundary.
 def _cluster_numel(dtype) -> int:
     return 8 * 512 * 8 * (16 // torch.empty((), dtype=dtype).element_size())
 
 
-@pytest.mark.parametrize("case", ["cap", "cap+vec", "cap-1", "small+tail", "misaligned", "misaligned_big"])
+@pytest.mark.parametrize("case", ["cap", "cap+vec", "cap-1", "small+tail", "narrow_max", "misaligned", "misaligned_big"])
 @pytest.mark.parametrize("where", ["first", "last"])
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt)
-def test_per_tensor_dynamic_sizes(dtype, where, case, gen):
-    """Dynamic scale and codes at the size limits of the one-launch path; the maximum is planted
-    at the first or the last element (the tail, where there is one)."""
+def test_per_tensor_sizes(dtype, mode, where, case, gen):
+    """Scale and codes at the size limits of each path; the maximum is planted at the first or
+    the last element (the tail, where there is one)."""
+    elt = torch.empty((), dtype=dtype).element_size()
     cap = _cluster_numel(dtype)
-    vec = 16 // torch.empty((), dtype=dtype).element_size()
+    vec = 16 // elt
     numel, offset = {
         "cap": (cap, 0),
         "cap+vec": (cap + vec, 0),
         "cap-1": (cap - 1, 0),
         "small+tail": (3 * vec + 3, 0),
+        "narrow_max": ((64 << 10) // elt - 1, 0),
         "misaligned": (4095, 1),
         "misaligned_big": (4097, 1),
     }[case]
     base = _rand((numel + offset,), dtype, gen, lo=0.0, hi=0.0).clamp_(-4.0, 4.0)
     x = base[offset:]
     x[0 if where == "first" else -1] = -7.5
-    s_in = torch.zeros(1, dtype=torch.float32, device="cuda")
-    q, s = _run_tensor(x, s_in, False)
-    _check_tensor(x, s_in, False, q, s)
+    is_static = mode == "static"
+    s_in = ieee_div(torch.tensor([7.5], device="cuda"), FP8_MAX) if is_static else torch.zeros(1, device="cuda")
+    q, s = _run_tensor(x, s_in, is_static)
+    _check_tensor(x, s_in, is_static, q, s)
     assert float(s) == float(ieee_div(torch.tensor(7.5), FP8_MAX))
     assert float(q[0 if where == "first" else -1].float()) == -448.0
 
