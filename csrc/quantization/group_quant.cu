@@ -190,9 +190,9 @@ cudaError_t launch_group_quant(QuantCode code, const GroupQuantParams<T>& p, cud
   const int64_t total = p.rows * (p.hidden / kVec);
   if (total > int64_t{0xffffffff} - 4 * kThreads) return cudaErrorInvalidValue;
   const uint32_t total_vec = static_cast<uint32_t>(total);
-  if (p.masked_m == nullptr && !p.fuse_silu_and_mul && p.rows > 256) {
+  if (!p.fuse_silu_and_mul && p.rows > 256) {
     // Many plain rows: the row kernel (norm_quant.cu) holds a row per thread group and forms
-    // one scale per lane instead of one per vector.
+    // one scale per lane instead of one per vector; masked-out rows leave at once.
     RowQuantParams<T> rp{};
     rp.input = p.input;
     rp.output_q = p.output_q;
@@ -200,6 +200,8 @@ cudaError_t launch_group_quant(QuantCode code, const GroupQuantParams<T>& p, cud
     rp.rows = p.rows;
     rp.hidden = p.hidden;
     rp.input_stride = p.hidden;
+    rp.masked_m = p.masked_m;
+    rp.tokens_per_expert = p.tokens_per_expert;
     rp.group_size = p.group_size;
     rp.eps = p.eps;
     rp.qmin = p.qmin;

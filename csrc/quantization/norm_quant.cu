@@ -53,8 +53,18 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
   const int tpr = blockDim.x;
   const int hv = static_cast<int>(p.hidden / kVec);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  // Rows past the end still take part in the shuffles and the barrier.
-  const bool row_valid = row < p.rows;
+  SGL_PDL_WAIT();
+  // Rows past the end (and masked-out rows) still take part in the shuffles and the barrier,
+  // except that a row group of whole warps leaves at once.
+  bool row_valid = row < p.rows;
+  uint32_t expert = 0, token = static_cast<uint32_t>(row);  // the scale's (e, m) coordinates
+  if (!kNorm && p.masked_m != nullptr && row_valid) {
+    const uint32_t tpe = static_cast<uint32_t>(p.tokens_per_expert);
+    expert = static_cast<uint32_t>(row) / tpe;
+    token = static_cast<uint32_t>(row) - expert * tpe;
+    row_valid = static_cast<int32_t>(token) < p.masked_m[expert];
+  }
+  if (!row_valid && tpr >= 32) return;
   // The launcher picks tpr with (kVpt - 1) * tpr <= hv: only each lane's last vector may lie
   // past the row's end.
   const bool has_last = lane + (kVpt - 1) * tpr < hv;
@@ -63,7 +73,6 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
   const T* in = p.input + row * p.input_stride;
   T* res = kFused ? p.residual + row * p.residual_stride : nullptr;
 
-  SGL_PDL_WAIT();
   Word4 x[kVpt], w[kNorm ? kVpt : 1];
   float rstd = 1.0f;
   if constexpr (kNorm) {
@@ -112,7 +121,8 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
     const int own = (lane / span) % kVpt;
     const float s = scale_from_amax(__float_as_uint(group_max_split<kVpt>(amax, vpg, lane)), p.eps, p.qmax);
     const bool store = (lane & (span - 1)) == 0 && exists(own);
-    const float used = store ? store_scale(p.scales, 0, row, (lane + own * tpr) >> vpg_log2, s) : codes_scale(p.scales, s);
+    const float used = store ? store_scale(p.scales, expert, token, (lane + own * tpr) >> vpg_log2, s)
+                             : codes_scale(p.scales, s);
     const float mine = inverse_scale(used);
     if constexpr (kVpt == 1) {
       inv[0] = mine;
@@ -133,7 +143,7 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
 #pragma unroll
     for (int k = 0; k < kVpt; ++k) {
       const float s = scale_from_amax(__float_as_uint(amax[k]), p.eps, p.qmax);
-      const float used = leader && exists(k) ? store_scale(p.scales, 0, row, (lane + k * tpr) >> vpg_log2, s)
+      const float used = leader && exists(k) ? store_scale(p.scales, expert, token, (lane + k * tpr) >> vpg_log2, s)
                                              : codes_scale(p.scales, s);
       inv[k] = inverse_scale(used);
     }

@@ -71,6 +71,10 @@ struct RowQuantParams {
   void* output_q;     // [rows, hidden] contiguous, int8 or e4m3
   ScaleOut scales;
   int64_t rows, hidden, input_stride, residual_stride;
+  // launch_row_group_quant only (else nullptr / 0): the masked 3-D input, rows = experts *
+  // tokens_per_expert, row t of expert e processed only when t < masked_m[e].
+  const int32_t* masked_m;
+  int64_t tokens_per_expert;
   int group_size;     // norm ops: a power of two 16..256 dividing hidden
   float rms_eps, eps, qmin, qmax;
   bool enable_pdl;
@@ -84,10 +88,10 @@ cudaError_t launch_row_quant(QuantCode code, const RowQuantParams<T>& params, cu
 template <typename T>
 cudaError_t launch_norm_quant(QuantCode code, const RowQuantParams<T>& params, cudaStream_t stream);
 
-// Kernel-side only (launch_group_quant calls it): the plain per-token-group quantization of
-// many contiguous rows on the row kernel of launch_norm_quant, with weight and residual null;
-// cudaErrorNotSupported where that kernel does not apply (<= 256 rows, unaligned rows, groups
-// of more than 32 vectors), and the caller falls back to its own kernel.
+// Kernel-side only (launch_group_quant calls it): the plain (optionally masked) per-token-group
+// quantization of many contiguous rows on the row kernel of launch_norm_quant, with weight and
+// residual null; cudaErrorNotSupported where that kernel does not apply (<= 256 rows,
+// unaligned rows, groups of more than 32 vectors), and the caller falls back to its own kernel.
 template <typename T>
 cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& params, cudaStream_t stream);
 

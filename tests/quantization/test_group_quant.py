@@ -343,11 +343,12 @@ def test_masked(dtype, out_dtype, group_size, layout, tokens, hidden, fuse, gen)
     _check(q, s, layout, ref_q, ref_s, rows=_rows(masked_m, tokens))
 
 
+@pytest.mark.parametrize("tokens", [24, 64])  # 5 * 64 rows: past 256, the row kernel
 @pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
-def test_masked_m_out_of_range(layout, gen):
+def test_masked_m_out_of_range(layout, tokens, gen):
     """Counts above T process all T rows and nothing beyond the tensors (guard expert after
     output_q / row-major output_s); a negative count processes none."""
-    experts, tokens, hidden, gs = 5, 24, 512, 128
+    experts, hidden, gs = 5, 512, 128
     x = _rand((experts, tokens, hidden), torch.bfloat16, gen)
     masked_m = torch.tensor([tokens + 3, 2**31 - 1, -1, 0, 7], dtype=torch.int32, device="cuda")
     q_buf, s_buf = _outputs((experts + 1,), tokens, hidden, gs, FP8, layout)
