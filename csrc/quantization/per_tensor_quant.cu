@@ -4,17 +4,14 @@
 // Dynamic: scale[0] <- max(scale[0], max|x| / 448), compared as signed integers on the
 // float's bits (for non-negative floats that is the float order, a negative start value loses
 // to any scale, and a NaN wins); the codes use the new scale[0].
-// - Small tensors (sm90, up to kClusterVpt vectors per thread of one 8-block cluster): one
-//   kernel. Each thread keeps its vectors in registers, the cluster combines the block maxima
-//   through distributed shared memory, and each block codes its own vectors.
+// - Small tensors (up to 2 vectors per thread of one 1024-thread block): one kernel, the
+//   tensor kept in registers between the maximum and the codes.
 // - Otherwise a reduction kernel folds the maximum into scale[0] with an integer atomicMax,
 //   then the code kernel reads scale[0] after the PDL wait.
 // The kernels walk the tensor as 16-byte vectors when input and output are aligned, with a
 // scalar tail.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <atomic>
@@ -115,27 +112,24 @@ cudaError_t launch_code_kernel(const TensorQuantParams<T>& p, int64_t num_vec, c
                        stream, p.enable_pdl, p, num_vec);
 }
 
-constexpr int kClusterBlocks = 8;      // portable cluster size
-constexpr int kClusterThreads = 512;   // per block: 128 registers a thread fit the SM
-constexpr int kClusterVpt = 8;         // most vectors a thread holds
+constexpr int kSmallThreads = 1024;
+constexpr int kSmallVpt = 2;  // most vectors a thread holds (16 KB of bf16)
 
-// Dynamic per-tensor quantization of a small tensor by one cluster (the whole grid): max pass
-// and code pass in one launch, the tensor read once. Vector v of the tensor is held by thread
-// v % (grid threads), slot v / (grid threads); the tail (numel % kVec elements) by the first
-// threads, one element each.
+// Dynamic per-tensor quantization of a small tensor by one block: max pass and code pass in
+// one launch, the tensor read once (the per-token kernel's shape with one row). Vector v of
+// the tensor is held by thread v % blockDim.x, slot v / blockDim.x; the tail (numel % kVec
+// elements, or all of a misaligned tensor) by the first threads, one element each.
+// NOTE (H200, bf16 T=1 H=4096 in a CUDA graph): the two-kernel path takes 3.4 us with the
+// caller's memset; an 8-block cluster doing the same (maxima combined through distributed
+// shared memory) took 4.3 us.
 template <typename T, int kVpt>
-__global__ void __launch_bounds__(kClusterThreads)
-    tensor_quant_cluster_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+__global__ void __launch_bounds__(kSmallThreads)
+    tensor_quant_block_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   constexpr int kVec = kVec16<T>;
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  __shared__ uint32_t warp_max[kClusterThreads / 32];
-  __shared__ uint32_t block_max;
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * kClusterThreads;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kClusterThreads + threadIdx.x;
+  __shared__ uint32_t warp_max[kSmallThreads / 32];
+  const int tid = threadIdx.x;
+  const int threads = blockDim.x;  // a multiple of 32, <= kSmallThreads
   SGL_PDL_WAIT();
-  // Read before the cluster's first barrier; block 0 writes the new value after the second.
   const int start_bits = __float_as_int(*p.scale);
   Vec16<T> x[kVpt];
 #pragma unroll
@@ -153,18 +147,11 @@ __global__ void __launch_bounds__(kClusterThreads)
     }
   }
   amax = warp_reduce_max(amax);
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+  if ((tid & 31) == 0) warp_max[tid >> 5] = amax;
   __syncthreads();
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int w = 1; w < kClusterThreads / 32; ++w) amax = max(amax, warp_max[w]);
-    block_max = amax;
-  }
-  cluster.sync();  // every block's maximum is in its shared memory
-  amax = 0;
-  for (unsigned r = 0; r < cluster.num_blocks(); ++r) amax = max(amax, *cluster.map_shared_rank(&block_max, r));
+  // Every warp reduces the partials with shuffles (not a serial loop over 32 of them).
+  amax = warp_reduce_max((tid & 31) < static_cast<int>(blockDim.x >> 5) ? warp_max[tid & 31] : 0u);
   const float s = __int_as_float(max(start_bits, __float_as_int(__fdiv_rn(__uint_as_float(amax), kFp8Max))));
-  cluster.sync();  // no block leaves (and frees its shared memory) while another reads it
   if (tid == 0) *p.scale = s;
   const float inv = inverse_scale(s);
 #pragma unroll
@@ -180,48 +167,21 @@ __global__ void __launch_bounds__(kClusterThreads)
   }
   if (tail < p.numel) p.output_q[tail] = to_code<QuantCode::kFp8>(tail_x * inv, -kFp8Max, kFp8Max);
   SGL_PDL_LAUNCH_DEPENDENTS();
-#endif
 }
 
-template <typename T, int kVpt>
-cudaError_t launch_cluster(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = kClusterBlocks;
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(kClusterBlocks);
-  config.blockDim = dim3(kClusterThreads);
-  config.stream = stream;
-  config.attrs = attrs;
-  config.numAttrs = 1;
-  if (p.enable_pdl) {
-    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[1].val.programmaticStreamSerializationAllowed = 1;
-    config.numAttrs = 2;
-  }
-  return cudaLaunchKernelEx(&config, tensor_quant_cluster_kernel<T, kVpt>, p, num_vec);
-}
-
-// Multiprocessor count and compute capability major of a device, queried once per device.
-struct DeviceInfo {
-  int sms, major;
-};
-DeviceInfo device_info() {
+// The current device's multiprocessor count, queried once per device.
+int sm_count() {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // sms << 8 | major; 0 = not yet queried
-  int device = 0;
-  DeviceInfo info{132, 0};
-  if (cudaGetDevice(&device) != cudaSuccess) return info;
+  static std::atomic<int> cache[kMaxDevices];  // 0 = not yet queried
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) != cudaSuccess) return sms;
   if (device >= 0 && device < kMaxDevices) {
     const int v = cache[device].load(std::memory_order_relaxed);
-    if (v != 0) return {v >> 8, v & 0xff};
+    if (v != 0) return v;
   }
-  cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device);
-  cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device);
-  if (device >= 0 && device < kMaxDevices) cache[device].store(info.sms << 8 | info.major, std::memory_order_relaxed);
-  return info;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) sms = 132;
+  if (device >= 0 && device < kMaxDevices) cache[device].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 }  // namespace
@@ -234,15 +194,18 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
   const int64_t num_vec = aligned ? p.numel / kVec : 0;
   // NOTE: a misaligned tensor is coded by one block (rare: a view at an odd offset).
   if (p.dynamic) {
-    const DeviceInfo dev = device_info();
-    const int64_t per_thread = ceil_div<int64_t>(num_vec, kClusterBlocks * kClusterThreads);
-    if (dev.major >= 9 && p.numel - num_vec * kVec <= kClusterBlocks * kClusterThreads && per_thread <= kClusterVpt) {
-      if (per_thread <= 1) return launch_cluster<T, 1>(p, num_vec, stream);
-      if (per_thread <= 2) return launch_cluster<T, 2>(p, num_vec, stream);
-      if (per_thread <= 4) return launch_cluster<T, 4>(p, num_vec, stream);
-      return launch_cluster<T, kClusterVpt>(p, num_vec, stream);
+    const int64_t tail = p.numel - num_vec * kVec;
+    const int64_t per_thread = ceil_div<int64_t>(num_vec, kSmallThreads);
+    if (tail <= kSmallThreads && per_thread <= kSmallVpt) {
+      // Just enough threads (whole warps): one vector each when that fits in one block.
+      const int64_t want = std::max<int64_t>(per_thread <= 1 ? num_vec : kSmallThreads, tail);
+      const dim3 block(static_cast<uint32_t>(std::max<int64_t>(32, ceil_div<int64_t>(want, 32) * 32)));
+      return per_thread <= 1
+                 ? launch_kernel(tensor_quant_block_kernel<T, 1>, dim3(1), block, 0, stream, p.enable_pdl, p, num_vec)
+                 : launch_kernel(tensor_quant_block_kernel<T, kSmallVpt>, dim3(1), block, 0, stream, p.enable_pdl, p,
+                                 num_vec);
     }
-    const int sms = dev.sms;
+    const int sms = sm_count();
     // Enough blocks to fill the GPU (8 per SM), few enough that the atomics stay negligible.
     const int64_t want = std::max<int64_t>(1, ceil_div<int64_t>(std::max(num_vec, p.numel - num_vec * kVec),
                                                                  kThreads * kUnroll));

@@ -39,27 +39,22 @@ constexpr int min_blocks_per_sm() {
   return std::max(1, 65536 / (kBlock * (kVpt >= 8 ? 168 : 128)));
 }
 
-struct MaxBitsOp {
-  __device__ __forceinline__ uint32_t operator()(uint32_t a, uint32_t b) const { return max(a, b); }
-};
-
-// Reduce over the kThreadsPerRow threads of one row (threadIdx.y selects the row). Contains
-// __syncthreads() when a row spans several warps: every thread of the block must call it,
-// once per kernel (the scratch is not reused).
-template <int kThreadsPerRow, typename V, typename Op>
-__device__ __forceinline__ V row_reduce(V v, Op op, V* scratch) {
-#pragma unroll
-  for (int offset = std::min(kThreadsPerRow, 32) / 2; offset > 0; offset >>= 1) {
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
+// Maximum (of float bits, abs_bits) over the kThreadsPerRow threads of one row (threadIdx.y
+// selects the row). Contains __syncthreads() when a row spans several warps: every thread of
+// the block must call it, once per kernel (the scratch is not reused).
+template <int kThreadsPerRow>
+__device__ __forceinline__ uint32_t row_max_bits(uint32_t v, uint32_t* scratch) {
+  v = group_max_bits<std::min(kThreadsPerRow, 32)>(v);
   if constexpr (kThreadsPerRow > 32) {
     constexpr int kWarps = kThreadsPerRow / 32;
-    V* mine = scratch + threadIdx.y * kWarps;
+    uint32_t* mine = scratch + threadIdx.y * kWarps;
     if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
     __syncthreads();
-    v = mine[0];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) v = op(v, mine[w]);
+    // Each warp reduces the partials with shuffles (a serial loop over 16-32 partials costs a
+    // shared-memory round trip each).
+    const int lane = threadIdx.x & 31;
+    v = group_max_bits<kWarps>(lane < kWarps ? mine[lane] : 0u);
+    v = __shfl_sync(0xffffffffu, v, 0);
   }
   return v;
 }
@@ -99,7 +94,7 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
       }
     }
   }
-  amax = row_reduce<kThreadsPerRow>(amax, MaxBitsOp{}, scratch);
+  amax = row_max_bits<kThreadsPerRow>(amax, scratch);
   if (row_valid) {
     const float s = scale_from_amax(amax, p.eps, p.qmax);
     if (threadIdx.x == 0) store_scale(p.scales, 0, row, 0, s);
@@ -129,11 +124,10 @@ __global__ void __launch_bounds__(256) per_token_scalar_kernel(const RowQuantPar
   uint32_t amax = 0;
   for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) amax = max(amax, abs_bits(to_float(in[j])));
   // block maximum of the bits
-  amax = row_reduce<32>(amax, MaxBitsOp{}, scratch);
+  amax = group_max_bits<32>(amax);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
   __syncthreads();
-  amax = scratch[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) amax = max(amax, scratch[w]);
+  amax = group_max_bits<32>((threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : 0u);
   const float s = scale_from_amax(amax, p.eps, p.qmax);
   if (threadIdx.x == 0) store_scale(p.scales, 0, row, 0, s);
   const float inv = inverse_scale(s);
@@ -156,7 +150,7 @@ cudaError_t launch_variant(const RowQuantParams<T>& p, cudaStream_t stream) {
   const int64_t v = p.hidden / kVec16<T>;  // 16-byte vectors per row
   // NOTE: launch shapes from the RMSNorm sweep (benchmark/elementwise/tune_rmsnorm.cu, H200):
   // 8 vectors per lane for many rows; decode-sized batches (<= 256 rows) use 2 vectors per
-  // lane over more threads.
+  // lane over more threads (up to 1024: H=16384 bf16 T=1 took 2.67 us with 512 x 8).
   if (p.rows > 256) {
     if (v <= 32) return launch_vec<T, kCode, 32, 1>(p, stream);
     if (v <= 128) return launch_vec<T, kCode, 32, 4>(p, stream);
@@ -169,6 +163,7 @@ cudaError_t launch_variant(const RowQuantParams<T>& p, cudaStream_t stream) {
     if (v <= 64) return launch_vec<T, kCode, 32, 2>(p, stream);
     if (v <= 256) return launch_vec<T, kCode, 128, 2>(p, stream);
     if (v <= 1024) return launch_vec<T, kCode, 512, 2>(p, stream);
+    if (v <= 2048) return launch_vec<T, kCode, 1024, 2>(p, stream);
     if (v <= 4096) return launch_vec<T, kCode, 512, 8>(p, stream);
   }
   return cudaErrorNotSupported;

@@ -283,13 +283,13 @@ def test_per_tensor_large():
     assert float(q[12345, 4001].float()) == -448.0
 
 
-# Sizes at the launchers' limits. Dynamic on sm90: the one-launch (cluster) path takes up to
-# 8 blocks x 512 threads x 8 vectors of 16 bytes (elements per vector: 8 for 16-bit types, 4
-# for fp32), the two-kernel path beyond. Both modes: below 64 KB of input the code kernel uses
-# 2-element vectors. "tail": numel % vector != 0 (scalar tail); "misaligned": the input starts
-# one element past a 16-byte boundary.
-def _cluster_numel(dtype) -> int:
-    return 8 * 512 * 8 * (16 // torch.empty((), dtype=dtype).element_size())
+# Sizes at the launchers' limits. Dynamic: one block does both passes up to 1024 threads x 2
+# vectors of 16 bytes (elements per vector: 8 for 16-bit types, 4 for fp32), two kernels
+# beyond. Both modes: below 64 KB of input the code kernel uses 2-element vectors. "tail":
+# numel % vector != 0 (scalar tail); "misaligned": the input starts one element past a 16-byte
+# boundary (all scalar: one block up to 1024 elements).
+def _small_numel(dtype) -> int:
+    return 1024 * 2 * (16 // torch.empty((), dtype=dtype).element_size())
 
 
 @pytest.mark.parametrize("case", ["cap", "cap+vec", "cap-1", "small+tail", "narrow_max", "misaligned", "misaligned_big"])
@@ -300,7 +300,7 @@ def test_per_tensor_sizes(dtype, mode, where, case, gen):
     """Scale and codes at the size limits of each path; the maximum is planted at the first or
     the last element (the tail, where there is one)."""
     elt = torch.empty((), dtype=dtype).element_size()
-    cap = _cluster_numel(dtype)
+    cap = _small_numel(dtype)
     vec = 16 // elt
     numel, offset = {
         "cap": (cap, 0),
@@ -308,8 +308,8 @@ def test_per_tensor_sizes(dtype, mode, where, case, gen):
         "cap-1": (cap - 1, 0),
         "small+tail": (3 * vec + 3, 0),
         "narrow_max": ((64 << 10) // elt - 1, 0),
-        "misaligned": (4095, 1),
-        "misaligned_big": (4097, 1),
+        "misaligned": (1024, 1),
+        "misaligned_big": (1025, 1),
     }[case]
     base = _rand((numel + offset,), dtype, gen, lo=0.0, hi=0.0).clamp_(-4.0, 4.0)
     x = base[offset:]
