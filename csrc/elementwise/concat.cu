@@ -1,7 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// Row concatenation along the last dimension (concat_mla_k, concat_mla_absorb_q): a pure copy.
-// Every output row is split into 16-byte vectors (or single elements when a stride or size
-// does not allow vectors); one flattened index space over all of them, one vector per thread.
+// Row concatenation along the last dimension (concat_mla_k, concat_mla_absorb_q): a pure copy,
+// out_row = [a_row, b_row], rows addressed with two levels (RowStrides). Two kernels:
+// - tile: the row shapes of the two ops when every pointer, stride and size is a multiple of
+//   16 bytes, with the row width known at compile time (in 16-byte vectors, a + b: 16 + 8 for
+//   concat_mla_k in fp16/bf16, 128 + 64 elements; 64 + 8 for concat_mla_absorb_q, 512 + 64).
+//   kG threads share a row, lane l copying its columns l, l + kG, ...; a thread copies kRows
+//   rows and issues every load before its first store. concat_mla_k's k_rope row, shared by
+//   all heads of a token, goes through L1 and is loaded once for the rows of a thread that
+//   share it.
+// - flat: every other shape, alignment and element size, and concat_mla_absorb_q past the
+//   decode sizes (measured faster there, NOTE below): one flattened index over all copy units
+//   of the output (16-byte vectors where possible, else single elements), one per thread.
 #include <cstdint>
 
 #include "elementwise/elementwise.h"
@@ -14,17 +23,137 @@ namespace sgl_kernel::elementwise {
 
 namespace {
 
-constexpr int kThreads = 256;
+using V16 = Vec<uint32_t, 4>;  // one 16-byte copy unit
+
+// Rows of a tile launch stay below this, so that the row index of a thread never wraps in
+// 32 bits (the largest block covers kMaxTileSpan rows).
+constexpr uint32_t kMaxTileSpan = 4096;
+constexpr int64_t kTileMaxRows = int64_t{0xffffffff} - kMaxTileSpan;
+
+RowStrides scaled(const RowStrides& s, int64_t factor) { return {s.outer / factor, s.inner / factor}; }
+
+// ---------------------------------------------------------------------------------------
+// tile
+
+// kA, kB: 16-byte vectors of an a row and a b row. kG threads per row; kRows rows per thread;
+// kLoad: policy of the a loads (and of the b loads unless kBcastB); kStore: policy of the
+// stores; kBcastB: b rows are shared by many rows (concat_mla_k: inner stride 0), so b loads go
+// through L1 (__ldg) and a thread loads a b row once for all its rows that read it.
+// Grid: x over blocks of kSpan = (kThreads / kG) * kRows consecutive rows; thread t of block x
+// copies rows x * kSpan + j * (kThreads / kG) + t / kG for j < kRows, columns t % kG + m * kG.
+// Rows past the last one read the last row again (clamped addresses) and store nothing.
+template <int kA, int kB, int kG, int kRows, int kThreads, LoadPolicy kLoad, StorePolicy kStore, bool kBcastB>
+__global__ void __launch_bounds__(kThreads)
+    concat_tile_kernel(V16* __restrict__ out,        // [rows, kA + kB] (row strides out_rows)
+                       const V16* __restrict__ a,    // [rows, kA] (row strides a_rows)
+                       const V16* __restrict__ b,    // [rows, kB] (row strides b_rows, inner 0: broadcast)
+                       const RowStrides out_rows, const RowStrides a_rows, const RowStrides b_rows,
+                       const FastDivmod rows_inner, const uint32_t rows) {
+  constexpr int kCols = kA + kB;
+  constexpr int kPerRow = (kCols + kG - 1) / kG;  // columns of a row per lane
+  constexpr int kSlots = kThreads / kG;           // rows of a block per j
+  static_assert(kThreads % kG == 0, "whole rows per block");
+  static_assert(kSlots * kRows <= static_cast<int>(kMaxTileSpan), "kTileMaxRows assumes kMaxTileSpan");
+  const int lane = static_cast<int>(threadIdx.x % kG);  // unsigned: the compiler knows 0 <= lane < kG
+  const uint32_t row0 = blockIdx.x * static_cast<uint32_t>(kSlots * kRows) + threadIdx.x / kG;
+
+  int64_t out_off[kRows], a_off[kRows], b_off[kRows];
+  bool store_row[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const uint32_t r = row0 + static_cast<uint32_t>(j * kSlots);
+    store_row[j] = r < rows;
+    uint32_t outer, inner;
+    rows_inner.divmod(min(r, rows - 1), outer, inner);
+    out_off[j] = outer * out_rows.outer + inner * out_rows.inner;
+    a_off[j] = outer * a_rows.outer + inner * a_rows.inner;
+    b_off[j] = outer * b_rows.outer + inner * b_rows.inner - kA;  // indexed by the output column
+  }
+
+  SGL_PDL_WAIT();  // before any input is read
+  V16 v[kRows][kPerRow];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    // Only with kBcastB: row j reads the b row of row 0 (the same token's k_rope).
+    const bool b_reused = kBcastB && j > 0 && b_off[j] == b_off[0];
+#pragma unroll
+    for (int m = 0; m < kPerRow; ++m) {
+      const int c = lane + m * kG;
+      if (kCols % kG == 0 || c < kCols) {
+        if constexpr (kBcastB) {
+          if (c < kA) {
+            v[j][m] = load_vec<V16, kLoad>(a + (a_off[j] + c));
+          } else if (b_reused) {
+            v[j][m] = v[0][m];
+          } else {
+            const uint4 x = __ldg(reinterpret_cast<const uint4*>(b + (b_off[j] + c)));
+            v[j][m] = *reinterpret_cast<const V16*>(&x);
+          }
+        } else {  // one load from a selected address (a column whose source depends on the lane)
+          v[j][m] = load_vec<V16, kLoad>(c < kA ? a + (a_off[j] + c) : b + (b_off[j] + c));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (store_row[j]) {
+#pragma unroll
+      for (int m = 0; m < kPerRow; ++m) {
+        const int c = lane + m * kG;
+        if (kCols % kG == 0 || c < kCols) {
+          store16<uint32_t, kStore>(reinterpret_cast<uint32_t*>(out + (out_off[j] + c)), v[j][m]);
+        }
+      }
+    }
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+// Whether the tile kernel can copy p as kA + kB vectors per row.
+bool tile_fits(const ConcatRowsParams& p, int64_t a_vecs, int64_t b_vecs);
+
+template <int kA, int kB, int kG, int kRows, int kThreads, LoadPolicy kLoad, StorePolicy kStore, bool kBcastB>
+cudaError_t launch_tile(const ConcatRowsParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return cudaSuccess;
+  if (!tile_fits(p, kA, kB)) return cudaErrorInvalidValue;
+  const int64_t f = 16 / p.elem_bytes;  // elements per vector
+  constexpr int64_t kSpan = (kThreads / kG) * kRows;
+  return launch_kernel(concat_tile_kernel<kA, kB, kG, kRows, kThreads, kLoad, kStore, kBcastB>,
+                       dim3(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, kSpan))), dim3(kThreads), 0, stream,
+                       p.enable_pdl, static_cast<V16*>(p.out), static_cast<const V16*>(p.a),
+                       static_cast<const V16*>(p.b), scaled(p.out_rows, f), scaled(p.a_rows, f),
+                       scaled(p.b_rows, f), FastDivmod(static_cast<uint32_t>(p.rows_inner)),
+                       static_cast<uint32_t>(p.rows));
+}
+
+// The two ops' row shapes (fp16/bf16), by launch shape <kG, kRows, kThreads, kLoad, kStore>.
+template <int kG, int kRows, int kThreads, LoadPolicy kLoad, StorePolicy kStore = StorePolicy::kDefault>
+cudaError_t launch_mla_k_tile(const ConcatRowsParams& p, cudaStream_t stream) {
+  return launch_tile<16, 8, kG, kRows, kThreads, kLoad, kStore, true>(p, stream);
+}
+
+template <int kG, int kRows, int kThreads, LoadPolicy kLoad, StorePolicy kStore = StorePolicy::kDefault>
+cudaError_t launch_absorb_q_tile(const ConcatRowsParams& p, cudaStream_t stream) {
+  return launch_tile<64, 8, kG, kRows, kThreads, kLoad, kStore, false>(p, stream);
+}
+
+// ---------------------------------------------------------------------------------------
+// flat
+
+constexpr int kFlatThreads = 256;
 
 // U: the copy unit (uint4 for 16-byte vectors, or the element type's size). All sizes and
 // strides below are in units of U.
 template <typename U>
-__global__ void __launch_bounds__(kThreads)
-    concat_rows_kernel(U* __restrict__ out, const U* __restrict__ a, const U* __restrict__ b,
+__global__ void __launch_bounds__(kFlatThreads)
+    concat_flat_kernel(U* __restrict__ out,      // [rows, a_cols + b_cols] (row strides out_rows)
+                       const U* __restrict__ a,  // [rows, a_cols] (row strides a_rows)
+                       const U* __restrict__ b,  // [rows, cols - a_cols] (row strides b_rows)
                        RowStrides out_rows, RowStrides a_rows, RowStrides b_rows, FastDivmod rows_inner,
                        FastDivmod cols, uint32_t a_cols, uint64_t total) {
   SGL_PDL_WAIT();
-  const uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const uint64_t i = static_cast<uint64_t>(blockIdx.x) * kFlatThreads + threadIdx.x;
   if (i < total) {
     // The launcher guarantees rows < 2^32; the common case total < 2^32 divides in 32 bits.
     uint64_t row;
@@ -46,41 +175,81 @@ __global__ void __launch_bounds__(kThreads)
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-RowStrides scaled(const RowStrides& s, int64_t factor) { return {s.outer / factor, s.inner / factor}; }
-
 template <typename U>
-cudaError_t launch_unit(const ConcatRowsParams& p, cudaStream_t stream) {
+cudaError_t launch_flat(const ConcatRowsParams& p, cudaStream_t stream) {
   const int64_t f = static_cast<int64_t>(sizeof(U)) / p.elem_bytes;  // elements per unit
   const int64_t a_cols = p.a_cols / f, b_cols = p.b_cols / f, cols = a_cols + b_cols;
   const uint64_t total = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(cols);
-  const uint64_t blocks = (total + kThreads - 1) / kThreads;
+  const uint64_t blocks = (total + kFlatThreads - 1) / kFlatThreads;
   if (blocks >= (uint64_t{1} << 31)) return cudaErrorInvalidValue;
-  return launch_kernel(concat_rows_kernel<U>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0, stream,
+  return launch_kernel(concat_flat_kernel<U>, dim3(static_cast<uint32_t>(blocks)), dim3(kFlatThreads), 0, stream,
                        p.enable_pdl, static_cast<U*>(p.out), static_cast<const U*>(p.a), static_cast<const U*>(p.b),
                        scaled(p.out_rows, f), scaled(p.a_rows, f), scaled(p.b_rows, f),
                        FastDivmod(static_cast<uint32_t>(p.rows_inner)), FastDivmod(static_cast<uint32_t>(cols)),
                        static_cast<uint32_t>(a_cols), total);
 }
 
+// ---------------------------------------------------------------------------------------
+// dispatch
+
 bool divisible(const RowStrides& s, int64_t f) { return s.outer % f == 0 && s.inner % f == 0; }
+
+bool valid_elem_bytes(int e) { return e == 1 || e == 2 || e == 4 || e == 8; }
+
+// 16-byte copy units: every pointer 16-byte aligned, every row stride and column count a
+// multiple of 16 bytes.
+bool vec_ok(const ConcatRowsParams& p) {
+  const int64_t f = 16 / p.elem_bytes;
+  return is_aligned16(p.out) && is_aligned16(p.a) && is_aligned16(p.b) && p.a_cols % f == 0 && p.b_cols % f == 0 &&
+         divisible(p.out_rows, f) && divisible(p.a_rows, f) && divisible(p.b_rows, f);
+}
+
+bool tile_fits(const ConcatRowsParams& p, int64_t a_vecs, int64_t b_vecs) {
+  if (!valid_elem_bytes(p.elem_bytes) || p.rows_inner < 1 || p.rows_inner > 0xffffffffll || p.rows < 0 ||
+      p.rows > kTileMaxRows || !vec_ok(p)) {
+    return false;
+  }
+  const int64_t f = 16 / p.elem_bytes;
+  return p.a_cols == a_vecs * f && p.b_cols == b_vecs * f;
+}
+
+// NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_concat_mla.cu, us against the previous
+// flat kernel; decode shapes are those up to kDecodeMaxVectors output vectors, 16 MiB written:
+// concat_mla_k T <= 341, concat_mla_absorb_q T0 * T1 <= 14563):
+// - concat_mla_k: 8 lanes per 24-vector row (2 k_nope vectors and 1 k_rope vector each); 128-
+//   thread blocks with read-only loads for decode (T=1/16/128 0.74/0.92/2.21, flat 0.90/1.05/
+//   2.79), 256-thread blocks with plain loads above (T=16384 333.4, flat 336.6). 16 lanes per
+//   row: 3.35 at T=128.
+// - concat_mla_absorb_q: 24 lanes per 72-vector row (3 vectors each), 192-thread blocks with
+//   read-only loads for decode (T0=1/16 0.83/1.33, flat 0.91/1.56). From HBM the flat kernel
+//   stays (T0=4096 292.7 against 296.6 for the tile with plain loads; every tile variant swept
+//   was 1-5 % slower there).
+constexpr int64_t kDecodeMaxVectors = int64_t{1} << 20;
 
 }  // namespace
 
 cudaError_t launch_concat_rows(const ConcatRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.a_cols + p.b_cols == 0) return cudaSuccess;
   if (p.rows >= (int64_t{1} << 32) || p.rows_inner < 1) return cudaErrorInvalidValue;
-  const int64_t f = 16 / p.elem_bytes;
-  const bool vec_ok = is_aligned16(p.out) && is_aligned16(p.a) && is_aligned16(p.b) && p.a_cols % f == 0 &&
-                      p.b_cols % f == 0 && divisible(p.out_rows, f) && divisible(p.a_rows, f) &&
-                      divisible(p.b_rows, f);
-  if (vec_ok) return launch_unit<uint4>(p, stream);
-  switch (p.elem_bytes) {
-    case 1: return launch_unit<uint8_t>(p, stream);
-    case 2: return launch_unit<uint16_t>(p, stream);
-    case 4: return launch_unit<uint32_t>(p, stream);
-    case 8: return launch_unit<uint64_t>(p, stream);
-    default: return cudaErrorInvalidValue;
+  if (!valid_elem_bytes(p.elem_bytes)) return cudaErrorInvalidValue;
+  if (!vec_ok(p)) {
+    switch (p.elem_bytes) {
+      case 1: return launch_flat<uint8_t>(p, stream);
+      case 2: return launch_flat<uint16_t>(p, stream);
+      case 4: return launch_flat<uint32_t>(p, stream);
+      default: return launch_flat<uint64_t>(p, stream);
+    }
   }
+  using LP = LoadPolicy;
+  const int64_t f = 16 / p.elem_bytes;
+  const int64_t out_vecs = p.rows * ((p.a_cols + p.b_cols) / f);
+  const bool decode = out_vecs <= kDecodeMaxVectors;
+  if (tile_fits(p, 16, 8)) {
+    return decode ? launch_mla_k_tile<8, 1, 128, LP::kStream>(p, stream)
+                  : launch_mla_k_tile<8, 1, 256, LP::kDefault>(p, stream);
+  }
+  if (decode && tile_fits(p, 64, 8)) return launch_absorb_q_tile<24, 1, 192, LP::kStream>(p, stream);
+  return launch_flat<uint4>(p, stream);
 }
 
 }  // namespace sgl_kernel::elementwise
