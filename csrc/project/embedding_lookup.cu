@@ -2,64 +2,122 @@
 // embedding_lookup: out[i] = weight[indices[i] - vocab_start], or a row of zeros when the
 // index falls outside the rows this weight holds (API.md 3.3).
 //
-// A byte copy of rows (the dtype only sets the row size). Each output row is written by a
-// power-of-two group of threads (row_copy.cuh); indices may be strided (StridedLayout).
+// A byte copy of rows (the dtype only sets the row size) in chunks of kBytes (16 when every
+// pointer, row pitch and the row size allow it; row_copy.cuh). The grid is flat over chunk
+// columns: a thread writes kVpt chunks of one output row; it loads the row's index (indices may
+// be strided: StridedLayout), then issues all its weight loads together, then stores.
 // An index outside [vocab_start, vocab_start + num_valid) reads nothing and writes zeros:
 // the vocab-parallel contract, and the documented answer to an out-of-range index of a
 // plain gather (num_valid = V).
+#include <algorithm>
 #include <cstdint>
 
 #include "project/project.h"
 #include "project/row_copy.cuh"
 #include "project/strided.cuh"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/fastdiv.cuh"
 #include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/vec.cuh"
 
 namespace sgl_kernel::project {
 
 namespace {
+namespace embedding {  // (a name of its own: tune_store_embed.cu includes this file with store_kv_cache.cu)
 
-constexpr int kThreads = 256;
-// Chunks per thread and row per pass (loads in flight per thread).
-constexpr int kUnroll = 4;
+// Threads of one launch at most: thread indices stay 32-bit (FastDivmod); a larger call is cut
+// into launches of whole rows.
+constexpr int64_t kMaxLaunchThreads = int64_t{1} << 31;
 
-template <int kBytes, typename TIdx>
+// One kBytes chunk; LoadPolicy::kStream reads it with ld.global.nc.L1::no_allocate (the weight
+// is read-only here: API.md 1.2, inputs and outputs do not overlap).
+template <int kBytes, LoadPolicy kLoad>
+__device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
+  if constexpr (kLoad == LoadPolicy::kDefault) {
+    return *p;
+  } else if constexpr (kBytes >= 4) {
+    static_assert(kLoad == LoadPolicy::kStream, "kDefault or kStream");
+    const auto v = load_vec<Vec<uint32_t, kBytes / 4>, kLoad>(p);
+    if constexpr (kBytes == 16) {
+      return make_uint4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (kBytes == 8) {
+      return make_uint2(v[0], v[1]);
+    } else {
+      return v[0];
+    }
+  } else {
+    return __ldg(p);  // 1 and 2 bytes: ld.global.nc
+  }
+}
+
+// Thread i (of `total`) writes chunks c + u * cols (u < kVpt, those < chunks) of output row
+// row0 + g, (g, c) = divmod(i, cols); cols = ceil(chunks / kVpt) threads cover a row.
+template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad>
 __global__ void __launch_bounds__(kThreads)
-    embedding_lookup_kernel(EmbeddingLookupParams p, int log2_threads_per_row) {
+    embedding_lookup_kernel(const EmbeddingLookupParams p, const FastDivmod cols, const uint32_t chunks,
+                            const uint32_t total, const int64_t row0) {
   using C = Chunk<kBytes>;
-  SGL_PDL_WAIT();
-  const int64_t threads_per_row = int64_t{1} << log2_threads_per_row;
-  const int64_t rows_per_block = kThreads >> log2_threads_per_row;
-  const int64_t lane = threadIdx.x & (threads_per_row - 1);
-  const int64_t chunks = p.row_bytes / kBytes;
-  const TIdx* __restrict__ indices = static_cast<const TIdx*>(p.indices);  // see idx_layout
-  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_block;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + (threadIdx.x >> log2_threads_per_row);
-       row < p.num_indices; row += row_step) {
-    const int64_t index = static_cast<int64_t>(indices[strided_offset(p.idx_layout, row)]);
+  const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  uint32_t g, c;
+  cols.divmod(i, g, c);
+  const int64_t row = row0 + g;
+  // [num_indices, row_bytes]
+  C* __restrict__ dst = reinterpret_cast<C*>(static_cast<char*>(p.out) + row * p.row_bytes);
+
+  SGL_PDL_WAIT();  // before any input is read
+  if (i < total) {
+    const TIdx* __restrict__ indices = static_cast<const TIdx*>(p.indices);  // see idx_layout
+    const int64_t index = static_cast<int64_t>(__ldg(indices + strided_offset(p.idx_layout, row)));
     // index - vocab_start cannot overflow once index >= vocab_start >= 0.
     const bool valid = index >= p.vocab_start && index - p.vocab_start < p.num_valid;
     const int64_t src_offset = valid ? (index - p.vocab_start) * p.weight_stride : 0;
-    const C* src = reinterpret_cast<const C*>(static_cast<const char*>(p.weight) + src_offset);
-    C* dst = reinterpret_cast<C*>(static_cast<char*>(p.out) + row * p.row_bytes);
-    for (int64_t c0 = lane; c0 < chunks; c0 += threads_per_row * kUnroll) {
-      C a[kUnroll];
+    // [V, row_bytes] rows, pitch weight_stride
+    const C* __restrict__ src = reinterpret_cast<const C*>(static_cast<const char*>(p.weight) + src_offset);
+    C x[kVpt];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = c0 + u * threads_per_row;
-        a[u] = C{};
-        if (valid && c < chunks) a[u] = src[c];
-      }
+    for (int u = 0; u < kVpt; ++u) {
+      const uint32_t cc = c + u * cols.divisor;
+      x[u] = C{};
+      if (valid && (u == 0 || cc < chunks)) x[u] = load_chunk<kBytes, kLoad>(src + cc);
+    }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = c0 + u * threads_per_row;
-        if (c < chunks) dst[c] = a[u];
-      }
+    for (int u = 0; u < kVpt; ++u) {
+      const uint32_t cc = c + u * cols.divisor;
+      if (u == 0 || cc < chunks) dst[cc] = x[u];
     }
   }
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
+// One launch shape: kVpt chunks per thread, kThreads per block, kLoad for the weight. Several
+// launches when the call needs more than kMaxLaunchThreads threads.
+template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad>
+cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
+  const int64_t chunks = p.row_bytes / kBytes;
+  const int64_t cols = ceil_div<int64_t>(chunks, kVpt);
+  // Rows of over 2^31 chunks (>= 2 GiB) are refused (the previous kernel took them).
+  if (chunks > kMaxLaunchThreads) return cudaErrorInvalidValue;
+  const int64_t rows_per_launch = kMaxLaunchThreads / cols;
+  for (int64_t row0 = 0; row0 < p.num_indices; row0 += rows_per_launch) {
+    const int64_t total = std::min(rows_per_launch, p.num_indices - row0) * cols;
+    SGL_CUDA_TRY(launch_kernel(embedding_lookup_kernel<kBytes, TIdx, kVpt, kThreads, kLoad>,
+                               dim3(static_cast<uint32_t>(ceil_div<int64_t>(total, kThreads))), dim3(kThreads), 0,
+                               stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(cols)),
+                               static_cast<uint32_t>(chunks), static_cast<uint32_t>(total), row0));
+  }
+  return cudaSuccess;
+}
+
+// NOTE (H200, PDL on; benchmark/project/tune_store_embed.cu, us against the previous kernel,
+// which gave each row a group of up to 256 threads with 4 chunks each): 2 chunks per thread,
+// 256-thread blocks, plain loads ("v2 t256") won from 1 MB of output up: bf16 D=4096 T=128/
+// 1024/32768 1.25/6.01/135.1 (previous 1.48/6.29/134.1); one chunk per thread, 128-thread
+// blocks, read-only loads, is best for the smallest gathers (fp16 T=1 D=8192 0.96 against
+// 1.34 and 1.01; bf16 T=16 1.04 against 1.42 and 1.05) but 1.58 at T=128: it serves up to
+// 256 KB of output.
+constexpr int64_t kSmallMaxBytes = int64_t{256} << 10;
+
+}  // namespace embedding
 }  // namespace
 
 cudaError_t launch_embedding_lookup(const EmbeddingLookupParams& p, cudaStream_t stream) {
@@ -69,9 +127,10 @@ cudaError_t launch_embedding_lookup(const EmbeddingLookupParams& p, cudaStream_t
   return dispatch_row_copy(bytes, p.indices_int64, [&](auto width, auto index) {
     constexpr int kBytes = decltype(width)::value;
     using TIdx = typename decltype(index)::type;
-    const RowTiling t = row_tiling(p.num_indices, p.row_bytes / kBytes, kUnroll, kThreads);
-    return launch_kernel(embedding_lookup_kernel<kBytes, TIdx>, t.grid, dim3(kThreads), 0, stream, p.enable_pdl, p,
-                         t.log2_threads_per_row);
+    if (p.num_indices * p.row_bytes <= embedding::kSmallMaxBytes) {
+      return embedding::launch_shape<kBytes, TIdx, 1, 128, LoadPolicy::kStream>(p, stream);
+    }
+    return embedding::launch_shape<kBytes, TIdx, 2, 256, LoadPolicy::kDefault>(p, stream);
   });
 }
 

@@ -1,64 +1,121 @@
 // SPDX-License-Identifier: Apache-2.0
 // store_kv_cache: k_cache[out_loc[i]] = k[i], v_cache[out_loc[i]] = v[i] (API.md 3.2).
 //
-// A byte copy of rows (any dtype). Each row is copied by a power-of-two group of threads
-// (row_copy.cuh): with 16-byte chunks an 8 KB row (4096 bf16) takes 256 threads, a 128-byte
-// row 4 threads and a block 64 such rows. The k and v chunks of a thread are loaded before
-// its location is checked, so the location's load overlaps them. Locations outside
-// [0, num_slots) are skipped: nothing is written for them.
+// A byte copy of rows (any dtype) in chunks of kBytes (16 when every pointer, row pitch and the
+// row size allow it, else the widest of 8, 4, 2, 1 that does; row_copy.cuh). The grid is flat
+// over chunk columns: a thread copies column c of one row, of k or of v (kTensors 1: the grid's
+// first half does k, the second half v) or of both (kTensors 2, one location load for the two).
+// The source address does not depend on the location, so a thread issues all its loads (the
+// location and its chunks) before it uses any. Locations outside [0, num_slots) are skipped:
+// nothing is written for them.
+#include <algorithm>
 #include <cstdint>
 
 #include "project/project.h"
 #include "project/row_copy.cuh"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/fastdiv.cuh"
 #include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/vec.cuh"
 
 namespace sgl_kernel::project {
 
 namespace {
+namespace store_kv {  // (a name of its own: tune_store_embed.cu includes this file with embedding_lookup.cu)
 
-constexpr int kThreads = 256;
-// Chunks per thread and row per pass; with k and v that is 4 loads in flight per thread.
-constexpr int kUnroll = 2;
+// Threads of one launch at most: thread indices stay 32-bit (FastDivmod); a larger call is cut
+// into launches of whole rows.
+constexpr int64_t kMaxLaunchThreads = int64_t{1} << 31;
 
-template <int kBytes, typename TLoc>
-__global__ void __launch_bounds__(kThreads) store_kv_cache_kernel(StoreKvCacheParams p, int log2_threads_per_row) {
+// One kBytes chunk, with ld.global (kDefault) or ld.global.nc.L1::no_allocate (kStream: k and
+// v are read once and never written by the kernel; API.md 1.2, inputs and outputs do not
+// overlap). Volatile asm, so the loads stay where the kernel issues them, ahead of the location
+// check: as plain C++ loads the compiler sinks them below it (they are only used there), and
+// each thread then waits for its location before it even asks for its data.
+template <int kBytes, LoadPolicy kLoad>
+__device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
+  static_assert(kLoad == LoadPolicy::kDefault || kLoad == LoadPolicy::kStream, "kDefault or kStream");
+  constexpr bool kNc = kLoad == LoadPolicy::kStream;
+  Chunk<kBytes> r;
+  if constexpr (kBytes == 16) {
+    if constexpr (kNc) {
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    } else {
+      asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    }
+  } else if constexpr (kBytes == 8) {
+    if constexpr (kNc) {
+      asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    } else {
+      asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    }
+  } else if constexpr (kBytes == 4) {
+    if constexpr (kNc) {
+      asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    } else {
+      asm volatile("ld.global.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    }
+  } else {
+    uint16_t h;  // 1 and 2 bytes through a 16-bit register
+    if constexpr (kBytes == 2 && kNc) {
+      asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    } else if constexpr (kBytes == 2) {
+      asm volatile("ld.global.u16 %0, [%1];" : "=h"(h) : "l"(p));
+    } else if constexpr (kNc) {
+      asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=h"(h) : "l"(p));
+    } else {
+      asm volatile("ld.global.u8 %0, [%1];" : "=h"(h) : "l"(p));
+    }
+    r = static_cast<Chunk<kBytes>>(h);
+  }
+  return r;
+}
+
+// Thread i (of `total`) copies kVpt chunks c + u * cols (u < kVpt, those < chunks) of row
+// row0 + g, (g, c) = divmod(i', cols), with i' = i (kTensors 2: k and v) or i' = i minus the k
+// half (kTensors 1, i >= half: v). cols = ceil(chunks / kVpt) threads cover a row.
+template <int kBytes, typename TLoc, int kTensors, int kVpt, int kThreads, LoadPolicy kLoad>
+__global__ void __launch_bounds__(kThreads)
+    store_kv_cache_kernel(const StoreKvCacheParams p, const FastDivmod cols, const uint32_t chunks,
+                          const uint32_t half, const uint32_t total, const int64_t row0) {
+  static_assert(kTensors == 1 || kTensors == 2, "one tensor or both per thread");
   using C = Chunk<kBytes>;
-  SGL_PDL_WAIT();
-  const int64_t threads_per_row = int64_t{1} << log2_threads_per_row;
-  const int64_t rows_per_block = kThreads >> log2_threads_per_row;
-  const int64_t lane = threadIdx.x & (threads_per_row - 1);
-  const int64_t chunks = p.row_bytes / kBytes;
-  const TLoc* __restrict__ out_loc = static_cast<const TLoc*>(p.out_loc);  // [n]
-  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_block;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + (threadIdx.x >> log2_threads_per_row);
-       row < p.n; row += row_step) {
-    const int64_t slot = static_cast<int64_t>(out_loc[row]);
-    const bool in_range = slot >= 0 && slot < p.num_slots;
-    const C* k = reinterpret_cast<const C*>(static_cast<const char*>(p.k) + row * p.src_stride);
-    const C* v = reinterpret_cast<const C*>(static_cast<const char*>(p.v) + row * p.src_stride);
-    // Only dereferenced when in_range.
-    const int64_t dst_offset = in_range ? slot * p.cache_stride : 0;
-    C* k_dst = reinterpret_cast<C*>(static_cast<char*>(p.k_cache) + dst_offset);
-    C* v_dst = reinterpret_cast<C*>(static_cast<char*>(p.v_cache) + dst_offset);
-    for (int64_t c0 = lane; c0 < chunks; c0 += threads_per_row * kUnroll) {
-      C a[kUnroll], b[kUnroll];
+  const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  const bool is_v = kTensors == 1 && i >= half;
+  uint32_t g, c;
+  cols.divmod(is_v ? i - half : i, g, c);
+  const int64_t row = row0 + g;
+  const int64_t src_offset = row * p.src_stride;
+
+  SGL_PDL_WAIT();  // before any input is read
+  if (i < total) {
+    const TLoc* __restrict__ out_loc = static_cast<const TLoc*>(p.out_loc);  // [n]
+    const int64_t slot = static_cast<int64_t>(__ldg(out_loc + row));
+    const C* src[kTensors];  // [n, row_bytes] rows, pitch src_stride
+    src[0] = reinterpret_cast<const C*>(static_cast<const char*>(is_v ? p.v : p.k) + src_offset);
+    if constexpr (kTensors == 2) src[1] = reinterpret_cast<const C*>(static_cast<const char*>(p.v) + src_offset);
+    C x[kTensors][kVpt];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = c0 + u * threads_per_row;
-        if (c < chunks) {
-          a[u] = k[c];
-          b[u] = v[c];
-        }
+    for (int u = 0; u < kVpt; ++u) {
+      const uint32_t cc = c + u * cols.divisor;
+      if (u == 0 || cc < chunks) {
+#pragma unroll
+        for (int m = 0; m < kTensors; ++m) x[m][u] = load_chunk<kBytes, kLoad>(src[m] + cc);
       }
-      if (in_range) {
+    }
+    if (slot >= 0 && slot < p.num_slots) {
+      const int64_t dst_offset = slot * p.cache_stride;
+      C* dst[kTensors];  // [num_slots, row_bytes] rows, pitch cache_stride
+      dst[0] = reinterpret_cast<C*>(static_cast<char*>(is_v ? p.v_cache : p.k_cache) + dst_offset);
+      if constexpr (kTensors == 2) dst[1] = reinterpret_cast<C*>(static_cast<char*>(p.v_cache) + dst_offset);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t c = c0 + u * threads_per_row;
-          if (c < chunks) {
-            k_dst[c] = a[u];
-            v_dst[c] = b[u];
-          }
+      for (int u = 0; u < kVpt; ++u) {
+        const uint32_t cc = c + u * cols.divisor;
+        if (u == 0 || cc < chunks) {
+#pragma unroll
+          for (int m = 0; m < kTensors; ++m) dst[m][cc] = x[m][u];
         }
       }
     }
@@ -66,6 +123,39 @@ __global__ void __launch_bounds__(kThreads) store_kv_cache_kernel(StoreKvCachePa
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
+// One launch shape: kTensors tensors and kVpt chunks per thread, kThreads per block, kLoad for
+// k and v. Several launches when the call needs more than kMaxLaunchThreads threads.
+template <int kBytes, typename TLoc, int kTensors, int kVpt, int kThreads, LoadPolicy kLoad>
+cudaError_t launch_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
+  const int64_t chunks = p.row_bytes / kBytes;
+  const int64_t cols = ceil_div<int64_t>(chunks, kVpt);
+  const int64_t threads_per_row = cols * (3 - kTensors);
+  // Rows of over 2^31 chunks (>= 2 GiB) are refused (the previous kernel took them).
+  if (chunks > kMaxLaunchThreads || threads_per_row > kMaxLaunchThreads) return cudaErrorInvalidValue;
+  const int64_t rows_per_launch = kMaxLaunchThreads / threads_per_row;
+  for (int64_t row0 = 0; row0 < p.n; row0 += rows_per_launch) {
+    const int64_t rows = std::min(rows_per_launch, p.n - row0);
+    const int64_t half = rows * cols;
+    const int64_t total = rows * threads_per_row;
+    SGL_CUDA_TRY(launch_kernel(store_kv_cache_kernel<kBytes, TLoc, kTensors, kVpt, kThreads, kLoad>,
+                               dim3(static_cast<uint32_t>(ceil_div<int64_t>(total, kThreads))), dim3(kThreads), 0,
+                               stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(cols)),
+                               static_cast<uint32_t>(chunks), static_cast<uint32_t>(half),
+                               static_cast<uint32_t>(total), row0));
+  }
+  return cudaSuccess;
+}
+
+// NOTE (H200, bf16, PDL on; benchmark/project/tune_store_embed.cu, us against the previous
+// kernel, which gave each row a group of up to 256 threads with 2 chunks of k and 2 of v):
+// k and v of one chunk per thread (one location load for both), 256-thread blocks, plain loads
+// ("kv t256") won or tied everywhere but the tiniest calls: H=32 D=128 n=1/16/128 0.94/1.02/
+// 1.50 (previous 1.24/1.30/1.65), n=32768 272.8 (279.5); H=8 n=128 1.05 (1.35). One chunk per
+// thread in 128-thread blocks with read-only loads was 0.91-0.95 at n=1 but 1.13 at n=16 and
+// 2.24 at n=128 H=32: it serves only calls of up to 64 KB of k and v.
+constexpr int64_t kSmallMaxBytes = int64_t{64} << 10;
+
+}  // namespace store_kv
 }  // namespace
 
 cudaError_t launch_store_kv_cache(const StoreKvCacheParams& p, cudaStream_t stream) {
@@ -75,10 +165,11 @@ cudaError_t launch_store_kv_cache(const StoreKvCacheParams& p, cudaStream_t stre
                                  static_cast<uint64_t>(p.row_bytes)});
   return dispatch_row_copy(bytes, p.loc_int64, [&](auto width, auto index) {
     constexpr int kBytes = decltype(width)::value;
-    using TIdx = typename decltype(index)::type;
-    const RowTiling t = row_tiling(p.n, p.row_bytes / kBytes, kUnroll, kThreads);
-    return launch_kernel(store_kv_cache_kernel<kBytes, TIdx>, t.grid, dim3(kThreads), 0, stream, p.enable_pdl, p,
-                         t.log2_threads_per_row);
+    using TLoc = typename decltype(index)::type;
+    if (2 * p.n * p.row_bytes <= store_kv::kSmallMaxBytes) {
+      return store_kv::launch_shape<kBytes, TLoc, 1, 1, 128, LoadPolicy::kStream>(p, stream);
+    }
+    return store_kv::launch_shape<kBytes, TLoc, 2, 1, 256, LoadPolicy::kDefault>(p, stream);
   });
 }
 
