@@ -2,6 +2,9 @@
 // sgl_per_token_group_quant_8bit (v1 and v2): per-token-group 8-bit quantization, optionally
 // fused with silu_and_mul and with the masked (expert-parallel MoE) 3-D input.
 //
+// Calls of more than 256 rows without the fused SiLU (plain or masked) go to the row kernel
+// of norm_quant.cu (launch_row_group_quant), faster there; the kernel below serves the rest.
+//
 // The input is one flat index space of 16-byte vectors; a group (group_size elements) is
 // kVpg consecutive vectors, held by kVpg consecutive lanes of one warp, so its maximum is a
 // few shuffles and no group straddles a warp or a row (hidden % group_size == 0). Each
