@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "elementwise/concat.cu"
+#include "../tune_common.cuh"
 
 // ---------------------------------------------------------------------------------------
 // The previous kernel (csrc/elementwise/concat.cu before the rewrite), renamed.
@@ -126,16 +127,9 @@ using namespace sgl_kernel::elementwise;
 using LP = LoadPolicy;
 using SP = StorePolicy;
 
-static char g_ctx[240] = "setup";  // what was running, for the error message
-
-#define CK(x)                                                                                            \
-  do {                                                                                                   \
-    cudaError_t e_ = (x);                                                                                \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::printf("CUDA error %s at %s:%d (%s)\n", cudaGetErrorString(e_), __FILE__, __LINE__, g_ctx); \
-      std::exit(1);                                                                                      \
-    }                                                                                                    \
-  } while (0)
+using tune_common::g_ctx;  // what was running, for CK's error message
+using tune_common::median;
+using tune_common::parse_list;
 
 constexpr int64_t kHeads = 128, kDn = 128, kDr = 64, kDv = 128, kLatent = 512;
 constexpr uint8_t kPoison = 0xA5;
@@ -447,11 +441,6 @@ static int check_all(const Options& opt, cudaStream_t s) {
 // ---------------------------------------------------------------------------------------
 // Timing
 
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 static void time_op(Op op, const std::vector<int64_t>& ts, const Options& opt, cudaStream_t s, int l2_bytes) {
   const int nt = static_cast<int>(ts.size());
   std::vector<float> us(kNumVariants * nt, 0.f), gbps(kNumVariants * nt, 0.f);
@@ -542,42 +531,13 @@ int main_impl(int argc, char** argv) {
   }
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  int dev = 0, l2 = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("%s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, l2 >> 20);
+  const int l2 = tune_common::print_device();
   CK(cudaMalloc(&g_cmp, sizeof(CmpResult)));
 
   const int failures = check_all(opt, s);
   std::printf("%s\n", failures ? "CHECK FAILED: see the MISMATCH lines" : "check: every variant bytewise equal to old");
   if (!opt.check_only) {
-    {  // device copy bandwidth for reference (bytes read + written)
-      const size_t n = size_t(1) << 30;
-      void *a, *b;
-      CK(cudaMalloc(&a, n));
-      CK(cudaMalloc(&b, n));
-      CK(cudaMemsetAsync(a, 1, n, s));
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      std::vector<float> times;
-      for (int i = 0; i < 8; ++i) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0.f;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 2) times.push_back(ms);
-      }
-      std::printf("device copy: %.0f GB/s\n", 2.0 * n / (median(times) * 1e-3) / 1e9);
-      CK(cudaEventDestroy(e0));
-      CK(cudaEventDestroy(e1));
-      CK(cudaFree(a));
-      CK(cudaFree(b));
-    }
+    tune_common::copy_gbps(s);  // for reference
     time_op(kMlaK, {1, 16, 128, 1024, 4096, 16384}, opt, s, l2);
     time_op(kAbsorbQ, {1, 16, 128, 1024, 4096}, opt, s, l2);
   }

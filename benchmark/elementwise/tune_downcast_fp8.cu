@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "elementwise/downcast_fp8.cu"
+#include "../tune_common.cuh"
 
 // ---------------------------------------------------------------------------------------
 // The previous kernel (csrc/elementwise/downcast_fp8.cu before the rewrite), renamed.
@@ -103,16 +104,9 @@ using namespace sgl_kernel::elementwise;
 using LP = LoadPolicy;
 using BF16 = __nv_bfloat16;
 
-static char g_ctx[200] = "setup";  // what was running, for the error message
-
-#define CK(x)                                                                                            \
-  do {                                                                                                   \
-    cudaError_t e_ = (x);                                                                                \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::printf("CUDA error %s at %s:%d (%s)\n", cudaGetErrorString(e_), __FILE__, __LINE__, g_ctx); \
-      std::exit(1);                                                                                      \
-    }                                                                                                    \
-  } while (0)
+using tune_common::g_ctx;  // what was running, for CK's error message
+using tune_common::median;
+using tune_common::parse_list;
 
 constexpr int64_t kHeads = 8, kHeadDim = 128, kRow = kHeads * kHeadDim;
 
@@ -283,20 +277,6 @@ static std::vector<int64_t> make_loc(int64_t t, uint32_t seed, bool holes) {
     for (int64_t i = 30; i < t; i += 61) all[i] = (i / 61) % 2 ? -1 - i % 3 : 2 * t + i % 5;
   }
   return all;
-}
-
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-static std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  for (const char* q = s; *q;) {
-    v.push_back(std::strtoll(q, const_cast<char**>(&q), 10));
-    while (*q == ',' || *q == ' ') ++q;
-  }
-  return v;
 }
 
 struct Options {
@@ -537,12 +517,7 @@ int main_impl(int argc, char** argv) {
   }
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  int dev = 0, l2 = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("%s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, l2 >> 20);
+  const int l2 = tune_common::print_device();
   CK(cudaMalloc(&g_cmp, sizeof(CmpResult)));
 
   int failures = check_dtype<BF16>("bf16", opt, s);
@@ -550,31 +525,7 @@ int main_impl(int argc, char** argv) {
   std::printf("%s\n", failures ? "CHECK FAILED: some variant differs from old (see MISMATCH lines)"
                                : "check: every variant bitwise equal to old");
   if (!opt.check_only) {
-    {  // device copy bandwidth for reference (bytes read + written)
-      const size_t n = size_t(1) << 30;
-      void *a, *b;
-      CK(cudaMalloc(&a, n));
-      CK(cudaMalloc(&b, n));
-      CK(cudaMemsetAsync(a, 1, n, s));
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      std::vector<float> ts;
-      for (int i = 0; i < 8; ++i) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0.f;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 2) ts.push_back(ms);
-      }
-      std::printf("device copy: %.0f GB/s\n", 2.0 * n / (median(ts) * 1e-3) / 1e9);
-      CK(cudaEventDestroy(e0));
-      CK(cudaEventDestroy(e1));
-      CK(cudaFree(a));
-      CK(cudaFree(b));
-    }
+    tune_common::copy_gbps(s);  // for reference
     time_dtype<BF16>("bf16", opt, s, l2);
     time_dtype<half>("fp16", opt, s, l2);
   }

@@ -56,6 +56,7 @@
 
 #include "project/embedding_lookup.cu"
 #include "project/store_kv_cache.cu"
+#include "../tune_common.cuh"
 
 // ---------------------------------------------------------------------------------------
 // The previous kernels (csrc/project/*.cu before the rewrite), in namespaces of their own.
@@ -197,16 +198,9 @@ using namespace sgl_kernel;
 using namespace sgl_kernel::project;
 using LP = LoadPolicy;
 
-static char g_ctx[240] = "setup";  // what was running, for the error message
-
-#define CK(x)                                                                                            \
-  do {                                                                                                   \
-    cudaError_t e_ = (x);                                                                                \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::printf("CUDA error %s at %s:%d (%s)\n", cudaGetErrorString(e_), __FILE__, __LINE__, g_ctx); \
-      std::exit(1);                                                                                      \
-    }                                                                                                    \
-  } while (0)
+using tune_common::g_ctx;  // what was running, for CK's error message
+using tune_common::median;
+using tune_common::parse_list;
 
 // ---------------------------------------------------------------------------------------
 // Variants: production kernels at one launch shape for every call (the width and index type
@@ -386,11 +380,6 @@ static void upload(Buf& b, const std::vector<T>& v, size_t lead, cudaStream_t s)
   CK(cudaMemsetAsync(b.raw, 0, b.size, s));
   CK(cudaMemcpyAsync(b.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
   CK(cudaStreamSynchronize(s));  // v is about to go away
-}
-
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Options {
@@ -891,27 +880,6 @@ static void time_embed(const Options& opt, Timer& tm) {
   }
 }
 
-static void time_copy(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {  // device copy, for reference
-  const size_t n = size_t(1) << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, n));
-  CK(cudaMalloc(&b, n));
-  CK(cudaMemsetAsync(a, 1, n, s));
-  std::vector<float> ts;
-  for (int i = 0; i < 8; ++i) {
-    CK(cudaEventRecord(e0, s));
-    CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= 2) ts.push_back(ms);
-  }
-  std::printf("device copy: %.0f GB/s\n", 2.0 * n / (median(ts) * 1e-3) / 1e9);
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-}
-
 int main_impl(int argc, char** argv) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
@@ -953,7 +921,7 @@ int main_impl(int argc, char** argv) {
     Timer tm{s, l2, nullptr, nullptr};
     CK(cudaEventCreate(&tm.e0));
     CK(cudaEventCreate(&tm.e1));
-    time_copy(s, tm.e0, tm.e1);
+    tune_common::copy_gbps(s);  // for reference
     if (opt.store) time_store(opt, tm);
     if (opt.embed) time_embed(opt, tm);
     CK(cudaEventDestroy(tm.e0));

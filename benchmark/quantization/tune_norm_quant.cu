@@ -33,21 +33,15 @@
 
 #include "../../csrc/quantization/norm_quant.cu"
 #include "elementwise/elementwise.h"
+#include "../tune_common.cuh"
 
 namespace tune {
 
 using namespace sgl_kernel;
 using namespace sgl_kernel::quantization;
 using T = __nv_bfloat16;
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+using tune_common::median;
+using tune_common::parse_list;
 
 constexpr int kGroup = 128;
 constexpr float kFp8Max = 448.0f;
@@ -148,26 +142,12 @@ cudaError_t group_quant_flat(const Set& b, int64_t rows, int64_t hidden, cudaStr
   return cudaSuccess;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::vector<int64_t> parse(const char* s) {
-  std::vector<int64_t> out;
-  for (const char* p = s; *p;) {
-    out.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
-    if (*p == ',') ++p;
-  }
-  return out;
-}
-
 int run(int argc, char** argv) {
   std::vector<int64_t> Ts = {1, 16, 128, 1024, 4096, 32768}, Hs = {4096, 7168};
   int ops = 7;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--T")) Ts = parse(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--H")) Hs = parse(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--T")) Ts = parse_list(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--H")) Hs = parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--op")) {
       const char* o = argv[i + 1];
       ops = !std::strcmp(o, "plain") ? 1 : !std::strcmp(o, "add") ? 2 : !std::strcmp(o, "group") ? 4 : 7;

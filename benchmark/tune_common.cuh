@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pieces shared by the standalone launch-shape sweeps (benchmark/*/tune_*.cu, no torch): the
+// checked CUDA call with a context string, the median, list parsing, the device line and the
+// device-copy bandwidth that the sweeps print for reference. Header-only, so each sweep still
+// builds with one nvcc command.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace tune_common {
+
+// What was running, for the error message of CK (snprintf into it before each step).
+inline char g_ctx[256] = "setup";
+
+}  // namespace tune_common
+
+#define CK(x)                                                                                                   \
+  do {                                                                                                          \
+    cudaError_t e_ = (x);                                                                                       \
+    if (e_ != cudaSuccess) {                                                                                    \
+      std::printf("CUDA error %s at %s:%d (%s)\n", cudaGetErrorString(e_), __FILE__, __LINE__,                \
+                  ::tune_common::g_ctx);                                                                        \
+      std::exit(1);                                                                                             \
+    }                                                                                                           \
+  } while (0)
+
+namespace tune_common {
+
+template <typename F>
+inline F median(std::vector<F> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// "1,16,128" -> {1, 16, 128}
+inline std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  for (const char* q = s; *q;) {
+    v.push_back(std::strtoll(q, const_cast<char**>(&q), 10));
+    while (*q == ',' || *q == ' ') ++q;
+  }
+  return v;
+}
+
+// Prints "<name>, <SMs> SMs, L2 <MiB> MiB" and returns the L2 size in bytes.
+inline int print_device() {
+  int dev = 0, l2 = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("%s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, l2 >> 20);
+  return l2;
+}
+
+// Device-to-device copy of 1 GiB, bytes read + written per second (median of 6 after 2 warm-up
+// copies), printed as "device copy: N GB/s" and returned.
+inline double copy_gbps(cudaStream_t s) {
+  const size_t n = size_t(1) << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, n));
+  CK(cudaMalloc(&b, n));
+  CK(cudaMemsetAsync(a, 1, n, s));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> ts;
+  for (int i = 0; i < 8; ++i) {
+    CK(cudaEventRecord(e0, s));
+    CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 2) ts.push_back(ms);
+  }
+  const double gbps = 2.0 * n / (median(ts) * 1e-3) / 1e9;
+  std::printf("device copy: %.0f GB/s\n", gbps);
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  return gbps;
+}
+
+}  // namespace tune_common
