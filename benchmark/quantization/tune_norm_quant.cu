@@ -100,7 +100,7 @@ Variant shape_variant(int64_t rows, int64_t hidden) {
     v.fused[op] = [=](const Set& b, cudaStream_t s) {
       const RowQuantParams<T> p = params(b, rows, hidden, op == 1);
       const int hv = int(hidden / 8), vpg = kGroup / 8;
-      const int tpr = norm_quant_threads_per_row<kVpt>(hv, vpg, norm_quant_max_threads(kRegs));
+      const int tpr = row_group_threads(hv, kVpt, vpg, norm_quant_max_threads(kRegs));
       if (tpr == 0) return cudaErrorNotSupported;
       if (op == 2) return launch_norm_vec<T, QuantCode::kFp8, kVpt, kRegs, false, false>(p, tpr, kBlock, 4, s);
       return op == 1 ? launch_norm_vec<T, QuantCode::kFp8, kVpt, kRegs, true>(p, tpr, kBlock, 4, s)

@@ -133,22 +133,6 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-// Threads per row for `hv` vectors at kVpt vectors per lane: the fewest (a power of two below
-// 32, else a multiple of 32) that hold the row, provided every vector but each lane's last
-// exists ((kVpt - 1) * tpr <= hv) and the group fits the register cap; 0 otherwise.
-template <int kVpt>
-int vec_threads_per_row(int64_t hv) {
-  const int64_t need = ceil_div<int64_t>(hv, kVpt);
-  int64_t tpr = 1;
-  if (need <= 32) {
-    while (tpr < need) tpr *= 2;
-  } else {
-    tpr = ceil_div<int64_t>(need, 32) * 32;
-  }
-  if (tpr > vec_max_threads(kVpt) || (kVpt - 1) * tpr > hv) return 0;
-  return static_cast<int>(tpr);
-}
-
 template <typename T, int kVpt, bool kFused, bool kGemma>
 cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int tpr, cudaStream_t stream) {
   const int groups = std::max(1, kVecBlockThreads / tpr);
@@ -158,7 +142,7 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
                        rows_inner);
 }
 
-// Vectors per lane tried in order, by rows: the first that fits (vec_threads_per_row) runs.
+// Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
 // NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu, /work/.device/1 run):
 // - decode, rows <= 256: 4 vectors per lane ("g v4 pre reg96"): H=4096 rmsnorm T=1/16/128
 //   1.24/1.34/1.63 us and fused 1.35/1.46/1.81 (the earlier 2-vector, 256-thread shape
@@ -180,16 +164,8 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   const int regime = p.rows <= 256 ? 0 : 1;  // decode, many rows
   static constexpr int kOrder[2][6] = {{4, 2, 8, 0, 0, 0}, {8, 6, 4, 12, 16, 2}};
   for (const int vpt : kOrder[regime]) {
-    int tpr = 0;
-    switch (vpt) {
-      case 2: tpr = vec_threads_per_row<2>(hv); break;
-      case 4: tpr = vec_threads_per_row<4>(hv); break;
-      case 6: tpr = vec_threads_per_row<6>(hv); break;
-      case 8: tpr = vec_threads_per_row<8>(hv); break;
-      case 12: tpr = vec_threads_per_row<12>(hv); break;
-      case 16: tpr = vec_threads_per_row<16>(hv); break;
-      default: break;
-    }
+    if (vpt == 0) break;  // end of the list
+    const int tpr = row_group_threads(hv, vpt, 1, vec_max_threads(vpt));
     if (tpr == 0) continue;
     // Fewer than 4 lanes per row: 16-byte pieces of 32 rows per load (half-used sectors).
     if (tpr < 4 && vpt > 2) continue;

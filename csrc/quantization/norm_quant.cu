@@ -202,23 +202,6 @@ __global__ void __launch_bounds__(256) norm_quant_scalar_kernel(const RowQuantPa
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-// Threads per row for hv vectors at kVpt vectors a lane, vpg vectors a group: the fewest (a
-// power of two below 32, else a multiple of 32, and a multiple of vpg) that hold the row, with
-// every vector but each lane's last inside it ((kVpt - 1) * tpr <= hv) and within max_threads;
-// 0 when there is none.
-template <int kVpt>
-int norm_quant_threads_per_row(int hv, int vpg, int max_threads) {
-  const int need = (hv + kVpt - 1) / kVpt;
-  int tpr = vpg;
-  if (need <= 32) {
-    while (tpr < need) tpr *= 2;
-  } else {
-    tpr = std::max(tpr, (need + 31) / 32 * 32);
-  }
-  if (tpr > max_threads || (kVpt - 1) * tpr > hv) return 0;
-  return tpr;
-}
-
 template <typename T, QuantCode kCode, int kVpt, int kMaxRegs, bool kFused, bool kNorm = true>
 cudaError_t launch_norm_vec(const RowQuantParams<T>& p, int tpr, int block_threads, int vpg_log2,
                             cudaStream_t stream) {
@@ -269,23 +252,12 @@ cudaError_t launch_shapes(const RowQuantParams<T>& p, int hv, int vpg, const Nor
                           cudaStream_t stream) {
   const int vpg_log2 = __builtin_ctz(static_cast<unsigned>(vpg));
   for (const NormQuantShape& s : shapes) {
-    const int max_threads = norm_quant_max_threads(s.max_regs);
-    int tpr = 0;
-    switch (s.vpt) {
-      case 1: tpr = norm_quant_threads_per_row<1>(hv, vpg, max_threads); break;
-      case 2: tpr = norm_quant_threads_per_row<2>(hv, vpg, max_threads); break;
-      case 4: tpr = norm_quant_threads_per_row<4>(hv, vpg, max_threads); break;
-      case 8: tpr = norm_quant_threads_per_row<8>(hv, vpg, max_threads); break;
-      default: break;
-    }
+    // A quantization group (vpg lanes at one k) must not straddle row groups: tpr >= vpg.
+    const int tpr = row_group_threads(hv, s.vpt, vpg, norm_quant_max_threads(s.max_regs));
     if (tpr == 0) continue;
     return launch_norm_shape<T, kCode, kFused, kNorm>(p, s, tpr, vpg_log2, stream);
   }
   return cudaErrorNotSupported;
-}
-
-bool aligned_rows(const void* ptr, int64_t stride_elems, int elem_bytes) {
-  return is_aligned16(ptr) && (stride_elems * elem_bytes) % 16 == 0;
 }
 
 template <typename T, QuantCode kCode>
@@ -294,9 +266,9 @@ cudaError_t launch_norm_code(const RowQuantParams<T>& p, cudaStream_t stream) {
   const bool fused = p.residual != nullptr;
   if (p.group_size < 1 || p.hidden % p.group_size != 0) return cudaErrorInvalidValue;
   const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 8192 && p.group_size % kVec == 0 &&
-                      p.group_size / kVec <= 32 && aligned_rows(p.input, p.input_stride, sizeof(T)) &&
-                      aligned_rows(p.output_q, p.hidden, 1) && is_aligned16(p.weight) &&
-                      (!fused || aligned_rows(p.residual, p.residual_stride, sizeof(T)));
+                      p.group_size / kVec <= 32 && rows_aligned16(p.input, p.input_stride, sizeof(T)) &&
+                      rows_aligned16(p.output_q, p.hidden, 1) && is_aligned16(p.weight) &&
+                      (!fused || rows_aligned16(p.residual, p.residual_stride, sizeof(T)));
   if (vec_ok) {
     const int hv = static_cast<int>(p.hidden / kVec);
     const int vpg = p.group_size / kVec;
@@ -332,8 +304,8 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
   constexpr int kVec = kVec16<T>;
   if (p.rows <= 256 || p.weight != nullptr || p.residual != nullptr) return cudaErrorNotSupported;
   if (p.group_size < kVec || p.group_size % kVec != 0 || p.group_size / kVec > 32 || p.hidden % p.group_size != 0 ||
-      p.hidden / kVec > 8192 || !aligned_rows(p.input, p.input_stride, sizeof(T)) ||
-      !aligned_rows(p.output_q, p.hidden, 1)) {
+      p.hidden / kVec > 8192 || !rows_aligned16(p.input, p.input_stride, sizeof(T)) ||
+      !rows_aligned16(p.output_q, p.hidden, 1)) {
     return cudaErrorNotSupported;
   }
   const int hv = static_cast<int>(p.hidden / kVec);

@@ -169,15 +169,11 @@ cudaError_t launch_variant(const RowQuantParams<T>& p, cudaStream_t stream) {
   return cudaErrorNotSupported;
 }
 
-bool aligned_rows(const void* ptr, int64_t stride_elems, int elem_bytes) {
-  return is_aligned16(ptr) && (stride_elems * elem_bytes) % 16 == 0;
-}
-
 template <typename T, QuantCode kCode>
 cudaError_t launch_code(const RowQuantParams<T>& p, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
-  const bool vec_ok = p.hidden % kVec == 0 && aligned_rows(p.input, p.input_stride, sizeof(T)) &&
-                      aligned_rows(p.output_q, p.hidden, 1);
+  const bool vec_ok = p.hidden % kVec == 0 && rows_aligned16(p.input, p.input_stride, sizeof(T)) &&
+                      rows_aligned16(p.output_q, p.hidden, 1);
   if (vec_ok) {
     const cudaError_t err = launch_variant<T, kCode>(p, stream);
     if (err != cudaErrorNotSupported) return err;

@@ -6,6 +6,8 @@
 // offset col(k); exists(k) says whether that vector lies inside the row.
 #pragma once
 
+#include <cstdint>
+
 #include "sgl_kernel/vec.cuh"
 #include "sgl_kernel/words.cuh"
 
@@ -64,6 +66,23 @@ __device__ __forceinline__ float load_row_sum_sq(const T* in, T* res, const T* w
     }
   }
   return sum_sq;
+}
+
+// Threads per row group for a row of hv 16-byte vectors at vpt vectors per lane (host side):
+// the fewest that hold the row, a power of two below 32 (at least min_tpr, a power of two <= 32)
+// or else a multiple of 32, provided every vector but each lane's last lies inside the row
+// ((vpt - 1) * tpr <= hv, so a kernel bounds-checks only its last vector) and tpr <= max_threads
+// (the register cap); 0 when there is none.
+inline int row_group_threads(int64_t hv, int vpt, int min_tpr, int max_threads) {
+  const int64_t need = (hv + vpt - 1) / vpt;
+  int64_t tpr = min_tpr;
+  if (need <= 32) {
+    while (tpr < need) tpr *= 2;
+  } else {
+    tpr = (need + 31) / 32 * 32;
+  }
+  if (tpr > max_threads || (vpt - 1) * tpr > hv) return 0;
+  return static_cast<int>(tpr);
 }
 
 // Sum over the row group of tpr threads (a power of two below 32, or a multiple of 32): within

@@ -30,6 +30,12 @@ __host__ __device__ inline bool is_aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+// Rows at `ptr` with a pitch of `stride_elems` elements of `elem_bytes` bytes all start on a
+// 16-byte boundary.
+__host__ __device__ inline bool rows_aligned16(const void* ptr, int64_t stride_elems, int elem_bytes) {
+  return is_aligned16(ptr) && (stride_elems * elem_bytes) % 16 == 0;
+}
+
 // Cache policies of 16-byte accesses (PTX cache operators / eviction priorities).
 enum class LoadPolicy {
   kDefault,     // ld.global: cached in L1 and L2 (data the block re-reads)
