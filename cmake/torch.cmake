@@ -96,3 +96,48 @@ endforeach()
 if(SGL_CUDA_EXTRA_INCLUDE)
   include_directories(SYSTEM "${SGL_CUDA_EXTRA_INCLUDE}")
 endif()
+
+# cuBLASLt (bmm_fp8): the library beside the headers the build compiles against: the pip CUDA
+# package when its headers are used (minimal toolkit), else the toolkit's; then the other place.
+# The pip package ships only the versioned libcublasLt.so.<major>, hence the explicit names.
+# At run time torch has already loaded the same soname; the RPATH in CMakeLists.txt covers the rest.
+set(_sgl_cublaslt_names cublasLt libcublasLt.so.13 libcublasLt.so.12)
+set(_sgl_pip_lib_dirs "")
+foreach(_root IN LISTS SGL_PIP_CUDA_ROOTS)
+  list(APPEND _sgl_pip_lib_dirs "${_root}/lib")
+endforeach()
+if(SGL_CUDA_EXTRA_INCLUDE)
+  set(_sgl_cublaslt_order pip toolkit)
+else()
+  set(_sgl_cublaslt_order toolkit pip)
+endif()
+if(NOT SGL_CUBLASLT_LIBRARY)
+  foreach(_where IN LISTS _sgl_cublaslt_order)
+    if(_where STREQUAL "pip" AND _sgl_pip_lib_dirs)
+      find_library(SGL_CUBLASLT_LIBRARY NAMES ${_sgl_cublaslt_names} HINTS ${_sgl_pip_lib_dirs} NO_DEFAULT_PATH)
+    elseif(_where STREQUAL "toolkit")
+      find_library(SGL_CUBLASLT_LIBRARY NAMES ${_sgl_cublaslt_names} HINTS "${SGL_CUDA_ROOT}"
+                   PATH_SUFFIXES lib64 lib targets/x86_64-linux/lib targets/sbsa-linux/lib NO_DEFAULT_PATH)
+    endif()
+    if(SGL_CUBLASLT_LIBRARY)
+      break()
+    endif()
+  endforeach()
+endif()
+if(NOT SGL_CUBLASLT_LIBRARY)
+  message(FATAL_ERROR "sgl_kernel: libcublasLt not found (bmm_fp8 needs it). Looked in the CUDA toolkit "
+                      "(${SGL_CUDA_ROOT}/lib64) and the pip CUDA packages (${_sgl_pip_lib_dirs}). Install a "
+                      "CUDA build of torch (it depends on nvidia-cublas), or pass "
+                      "-DSGL_CUBLASLT_LIBRARY=/path/to/libcublasLt.so.")
+endif()
+set(SGL_CUBLASLT_ORIGIN "given path")
+cmake_path(IS_PREFIX SGL_CUDA_ROOT "${SGL_CUBLASLT_LIBRARY}" NORMALIZE _sgl_in_toolkit)
+if(_sgl_in_toolkit)
+  set(SGL_CUBLASLT_ORIGIN "CUDA toolkit")
+endif()
+foreach(_dir IN LISTS _sgl_pip_lib_dirs)
+  cmake_path(IS_PREFIX _dir "${SGL_CUBLASLT_LIBRARY}" NORMALIZE _sgl_in_pip)
+  if(_sgl_in_pip)
+    set(SGL_CUBLASLT_ORIGIN "pip CUDA package")
+  endif()
+endforeach()

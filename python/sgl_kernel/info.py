@@ -24,13 +24,15 @@ ALL_FAMILIES = (
 )
 
 # Python modules that wrap a compiled family; each defines FAMILY, OPS (op -> minimum
-# arch as 10 * major + minor, 0 for CPU ops) and self_checks().
+# arch as 10 * major + minor, 0 for CPU ops) and self_checks(), and optionally OP_FAMILIES
+# (op -> the arch-specific part of the family holding its kernels, e.g. "gemm_sm90").
 FAMILY_MODULES = (
     "sgl_kernel.elementwise",
     "sgl_kernel.quantization",
     "sgl_kernel.project",
     "sgl_kernel.memory",
     "sgl_kernel.top_k",
+    "sgl_kernel.gemm",
 )
 
 
@@ -107,7 +109,7 @@ def build_info() -> dict:
     op_min: Dict[str, int] = {}
     for mod in family_modules():
         for op, min_arch in mod.OPS.items():
-            op_family[op] = mod.FAMILY
+            op_family[op] = getattr(mod, "OP_FAMILIES", {}).get(op, mod.FAMILY)
             op_min[op] = min_arch
 
     ops: Dict[str, bool] = {}
