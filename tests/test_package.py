@@ -73,6 +73,27 @@ OP_SCHEMAS = {
         "Tensor! output_s, Tensor weight, int group_size, float rms_eps, float quant_eps, "
         "float fp8_min, float fp8_max, bool scale_ue8m0, bool enable_pdl) -> ()"
     ),
+    # 2.3
+    "int8_scaled_mm": (
+        "int8_scaled_mm(Tensor mat_a, Tensor mat_b, Tensor scales_a, Tensor scales_b, "
+        "ScalarType out_dtype, Tensor? bias) -> Tensor"
+    ),
+    "fp8_scaled_mm": (
+        "fp8_scaled_mm(Tensor mat_a, Tensor mat_b, Tensor scales_a, Tensor scales_b, "
+        "ScalarType out_dtype, Tensor? bias) -> Tensor"
+    ),
+    "fp8_blockwise_scaled_mm": (
+        "fp8_blockwise_scaled_mm(Tensor mat_a, Tensor mat_b, Tensor scales_a, Tensor scales_b, "
+        "ScalarType out_dtype) -> Tensor"
+    ),
+    # (API.md omits the write mark on the workspace cuBLASLt writes; 1.2: ours adds it)
+    "bmm_fp8": (
+        "bmm_fp8(Tensor A, Tensor B, Tensor! D, Tensor A_scale, Tensor B_scale, "
+        "Tensor! workspace_buffer, int cublas_handle) -> ()"
+    ),
+    "awq_dequantize": "awq_dequantize(Tensor qweight, Tensor scales, Tensor qzeros) -> Tensor",
+    "dsv3_router_gemm": "dsv3_router_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()",
+    "dsv3_fused_a_gemm": "dsv3_fused_a_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()",
     # 3.1
     "custom_relu": "custom_relu(Tensor input) -> Tensor",
     "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
@@ -110,6 +131,14 @@ PUBLIC_FUNCTIONS = {
         "fuse_silu_and_mul=False, masked_m=None, enable_v2=None",
     ),
     "sgl_per_token_quant_int8": ("sgl_kernel.gemm", "input, output_q, output_s"),
+    # 2.3
+    "fp8_scaled_mm": ("sgl_kernel.gemm", "mat_a, mat_b, scales_a, scales_b, out_dtype, bias=None"),
+    "int8_scaled_mm": ("sgl_kernel.gemm", "mat_a, mat_b, scales_a, scales_b, out_dtype, bias=None"),
+    "fp8_blockwise_scaled_mm": ("sgl_kernel.gemm", "mat_a, mat_b, scales_a, scales_b, out_dtype"),
+    "bmm_fp8": ("sgl_kernel.gemm", "A, B, A_scale, B_scale, dtype, out=None"),
+    "awq_dequantize": ("sgl_kernel.gemm", "qweight, scales, qzeros"),
+    "dsv3_router_gemm": ("sgl_kernel.gemm", "hidden_states, router_weights, out_dtype=torch.bfloat16"),
+    "dsv3_fused_a_gemm": ("sgl_kernel.gemm", "mat_a, mat_b, output=None"),
     "fused_rmsnorm_quant": (
         "sgl_kernel.elementwise",
         "input, output_q, output_s, weight, group_size, quant_eps, fp8_min, fp8_max, "
@@ -504,6 +533,33 @@ def test_fake_topk():
         assert torch.ops.sgl_kernel.fast_topk.default(score, out, lengths, None) is None
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fake_awq_dequantize(dtype):
+    with FakeTensorMode():
+        qweight = torch.empty(256, 16, dtype=torch.int32, device="cuda")
+        scales = torch.empty(2, 128, dtype=dtype, device="cuda")
+        qzeros = torch.empty(2, 16, dtype=torch.int32, device="cuda")
+        for out in (sgl_kernel.awq_dequantize(qweight, scales, qzeros),
+                    torch.ops.sgl_kernel.awq_dequantize.default(qweight, scales, qzeros)):
+            assert out.shape == (256, 128) and out.dtype == dtype and out.device.type == "cuda"
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_fake_dsv3_gemm(out_dtype):
+    """The wrappers allocate under FakeTensorMode; the ops mutate and return ()."""
+    with FakeTensorMode():
+        a = torch.empty(5, 7168, dtype=torch.bfloat16, device="cuda")
+        w = torch.empty(384, 7168, dtype=torch.bfloat16, device="cuda")
+        out = sgl_kernel.dsv3_router_gemm(a, w, out_dtype)
+        assert out.shape == (5, 384) and out.dtype == out_dtype and out.device.type == "cuda"
+        assert torch.ops.sgl_kernel.dsv3_router_gemm.default(out, a, w) is None
+        wf = torch.empty(2112, 7168, dtype=torch.bfloat16, device="cuda")
+        out = sgl_kernel.dsv3_fused_a_gemm(a, wf.t())
+        assert out.shape == (5, 2112) and out.dtype == torch.bfloat16 and out.device.type == "cuda"
+        assert sgl_kernel.dsv3_fused_a_gemm(a, wf.t(), out) is out
+        assert torch.ops.sgl_kernel.dsv3_fused_a_gemm.default(out, a, wf.t()) is None
+
+
 # ---------------------------------------------------------------------------------------
 # fast_topk: pure torch (API.md 2.1.5)
 
@@ -559,6 +615,17 @@ def test_topk_v2_wrapper_requires_2d(shape):
     score = torch.randn(shape)
     with pytest.raises(AssertionError, match="fast_topk_v2: score must be 2-D"):
         sgl_kernel.fast_topk_v2(score, torch.zeros(3, dtype=torch.int32), 2048)
+
+
+def test_awq_dsv3_cpu_tensor_rejected():
+    with raises_op_error("awq_dequantize", "qweight", "CUDA tensor"):
+        sgl_kernel.awq_dequantize(torch.zeros(64, 4, dtype=torch.int32), torch.ones(2, 32, dtype=torch.float16),
+                                  torch.zeros(2, 4, dtype=torch.int32))
+    a = torch.zeros(2, 7168, dtype=torch.bfloat16)
+    with raises_op_error("dsv3_router_gemm", "mat_a", "CUDA tensor"):
+        sgl_kernel.dsv3_router_gemm(a, torch.zeros(256, 7168, dtype=torch.bfloat16))
+    with raises_op_error("dsv3_fused_a_gemm", "mat_a", "CUDA tensor"):
+        sgl_kernel.dsv3_fused_a_gemm(a, torch.zeros(2112, 7168, dtype=torch.bfloat16).t())
 
 
 def test_relu_cpu_tensor_rejected():

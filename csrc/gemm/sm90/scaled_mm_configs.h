@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUTLASS configurations behind fp8_scaled_mm / int8_scaled_mm (sm90a), one translation
+// unit each (scaled_mm_<type>_<config>.cu), and the dispatchers that pick among them
+// (fp8_scaled_mm_sm90.cu, int8_scaled_mm_sm90.cu). CUTLASS-free, so the dispatchers compile
+// in seconds.
+//
+// Every entry point: with ws_bytes != nullptr, store the workspace the launch needs and return;
+// otherwise launch on `stream` with `workspace` (splits: the split-K factor of the split-K
+// configurations, ignored by the others).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime.h>
+
+#include "gemm/gemm.h"
+
+namespace sgl_kernel::gemm::sm90 {
+
+using ConfigFn = cudaError_t (*)(const ScaledMmParams& p, int splits, void* workspace, size_t* ws_bytes,
+                                 cudaStream_t stream);
+
+// fp8 (e4m3), fp32 accumulation with CUTLASS's fast accumulation (no periodic promotion).
+// Persistent cooperative 128x256x128 tiles, 2x1 clusters: large M and N.
+cudaError_t fp8_coop_128x256(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+// Persistent cooperative 128x128x128: mid M or narrow N.
+cudaError_t fp8_coop_128x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+// Ping-pong 64x128x128: M in (64, 128].
+cudaError_t fp8_pingpong_64x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+// Ping-pong 64x256x128 and cooperative 256x128x128 (1x2 clusters): large M.
+cudaError_t fp8_pingpong_64x256(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t fp8_coop_256x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+// Swap A/B, split-K: out^T tiles of 128 weight rows x 16/32/64 activation rows, M <= 64.
+cudaError_t fp8_swap_128x16(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t fp8_swap_128x32(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t fp8_swap_128x64(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+
+// int8, int32 accumulation.
+cudaError_t int8_coop_128x256(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t int8_coop_128x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t int8_pingpong_64x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t int8_swap_128x32(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t int8_swap_128x64(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+
+// Not CUTLASS (scaled_mm_small_m.cu): weight-streaming mma.sync kernels for decode M (<= 64;
+// larger M is correct but re-reads W per 64 rows). No workspace. splits >= 2 (or, when the
+// dispatcher passes 1, ScaledMmParams::splits >= 2): K split over clusters of that many CTAs
+// (at most 8); otherwise the kernel's own choice.
+cudaError_t fp8_small_m(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t int8_small_m(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+
+}  // namespace sgl_kernel::gemm::sm90

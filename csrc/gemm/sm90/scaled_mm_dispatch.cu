@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// fp8_scaled_mm / int8_scaled_mm on sm90a: the heuristic that picks a CUTLASS configuration
+// (scaled_mm_configs.h) and split-K factor from M, N, K and the SM count.
+#include <cstring>
+#include <string>
+
+#include "gemm/gemm.h"
+#include "gemm/sm90/scaled_mm_configs.h"
+
+namespace sgl_kernel::gemm {
+
+namespace {
+
+struct Config {
+  const char* name;
+  sm90::ConfigFn fn;
+  bool fp8;
+  int tile_m, tile_n;  // of the problem as the kernel sees it (swapped: rows are N)
+  bool swap;
+};
+
+constexpr Config kConfigs[] = {
+    {"fp8_coop_128x256", &sm90::fp8_coop_128x256, true, 128, 256, false},
+    {"fp8_coop_128x128", &sm90::fp8_coop_128x128, true, 128, 128, false},
+    {"fp8_pingpong_64x128", &sm90::fp8_pingpong_64x128, true, 64, 128, false},
+    {"fp8_pingpong_64x256", &sm90::fp8_pingpong_64x256, true, 64, 256, false},
+    {"fp8_coop_256x128", &sm90::fp8_coop_256x128, true, 256, 128, false},
+    {"fp8_swap_128x16", &sm90::fp8_swap_128x16, true, 128, 16, true},
+    {"fp8_swap_128x32", &sm90::fp8_swap_128x32, true, 128, 32, true},
+    {"fp8_swap_128x64", &sm90::fp8_swap_128x64, true, 128, 64, true},
+    {"int8_coop_128x256", &sm90::int8_coop_128x256, false, 128, 256, false},
+    {"int8_coop_128x128", &sm90::int8_coop_128x128, false, 128, 128, false},
+    {"int8_pingpong_64x128", &sm90::int8_pingpong_64x128, false, 64, 128, false},
+    {"int8_swap_128x32", &sm90::int8_swap_128x32, false, 128, 32, true},
+    {"int8_swap_128x64", &sm90::int8_swap_128x64, false, 128, 64, true},
+    {"fp8_small_m", &sm90::fp8_small_m, true, 16, 64, false},
+    {"int8_small_m", &sm90::int8_small_m, false, 16, 64, false},
+};
+constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+
+int index_of(const char* name) {
+  for (int i = 0; i < kNumConfigs; ++i) {
+    if (std::strcmp(kConfigs[i].name, name) == 0) return i;
+  }
+  return -1;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// What runs: a configuration, the split-K factor of the swap ones, the scheduler's swizzle of
+// the persistent ones. Tuning variables (ScaledMmParams::config/splits/swizzle) override.
+struct Choice {
+  int config;
+  int splits;
+  int swizzle;
+};
+
+// The heuristic, from benchmark/gemm/tune_scaled_mm.py on an H200 (132 SMs), Llama-3-8B layers
+// (N, K) in {6144, 4096, 28672} x {4096, 14336}; each rule names the sweep rows it follows.
+Choice heuristic(const ScaledMmParams& p, bool fp8) {
+  const bool wide_n = p.n >= 16384, deep_k = p.k >= 8192;
+  // Decode with narrow N: the weight-streaming mma.sync kernel (scaled_mm_small_m.cu), whose
+  // 16-row groups fill the SMs where the 128-row tiles of the swap kernels cannot (N = K = 4096:
+  // 6.9 / 7.7 / 9.3 us at M = 1 / 16 / 32 against 12.3 / 11.4 / 10.4 for fp8_swap_128x16). Its
+  // activation re-reads grow with M, and past ~260 CTAs (N > 4096) a second wave costs more.
+  if ((p.m <= 16 && p.n <= 8192) || (p.m <= 32 && p.n <= 4096)) {
+    return {index_of(fp8 ? "fp8_small_m" : "int8_small_m"), 1, 0};
+  }
+  if (!fp8) {
+    if (p.m <= 32) return {index_of("int8_swap_128x32"), 1, 0};
+    if (p.m <= 256) return {index_of("int8_pingpong_64x128"), 1, 2};
+    if (p.m < 1024 && ceil_div(p.m, 128) * ceil_div(p.n, 256) < p.sm_count) {
+      return {index_of("int8_coop_128x128"), 1, 0};
+    }
+    return {index_of("int8_coop_128x256"), 1, 2};
+  }
+  // Swap A/B without split (split-K's workspace clearing and reduction cost more than the
+  // fuller grid gains: 12.3 vs 13.7 us at M = 1, N = K = 4096).
+  if (p.m <= 32) return {index_of(wide_n && p.m > 16 ? "fp8_swap_128x32" : "fp8_swap_128x16"), 1, 0};
+  if (p.m <= 64) return {index_of(p.n <= 4096 ? "fp8_swap_128x16" : "fp8_pingpong_64x128"), 1, 0};
+  if (p.m <= 128 && p.n <= 4096) return {index_of("fp8_swap_128x32"), 1, 0};
+  if (p.m <= 256) return {index_of("fp8_pingpong_64x128"), 1, 0};
+  if (p.m <= 512) return {index_of("fp8_pingpong_64x256"), 1, 0};
+  if (p.m <= 2048) {
+    if (wide_n) return {index_of("fp8_pingpong_64x256"), 1, 0};
+    if (deep_k && p.m <= 1024) return {index_of("fp8_coop_128x128"), 1, 2};
+    return {index_of("fp8_coop_128x256"), 1, deep_k ? 2 : 1};
+  }
+  if (!wide_n && !deep_k && p.m <= 4096) return {index_of("fp8_pingpong_64x256"), 1, 2};
+  return {index_of("fp8_coop_128x256"), 1, 4};
+}
+
+Choice pick(const ScaledMmParams& p, bool fp8) {
+  Choice c = heuristic(p, fp8);
+  if (p.config >= 0 && p.config < kNumConfigs && kConfigs[p.config].fp8 == fp8) c.config = p.config;
+  if (p.splits > 0) c.splits = p.splits;
+  if (p.swizzle > 0) c.swizzle = p.swizzle;
+  return c;
+}
+
+size_t workspace(const ScaledMmParams& p, bool fp8) {
+  const Choice c = pick(p, fp8);
+  ScaledMmParams q = p;
+  q.swizzle = c.swizzle;
+  size_t bytes = 0;
+  if (kConfigs[c.config].fn(q, c.splits, nullptr, &bytes, nullptr) != cudaSuccess) return 0;
+  return bytes;
+}
+
+cudaError_t launch(const ScaledMmParams& p, bool fp8, void* ws, cudaStream_t stream) {
+  const Choice c = pick(p, fp8);
+  ScaledMmParams q = p;
+  q.swizzle = c.swizzle;
+  return kConfigs[c.config].fn(q, c.splits, ws, nullptr, stream);
+}
+
+}  // namespace
+
+const char* scaled_mm_config_names() {
+  static const std::string names = [] {
+    std::string s;
+    for (const Config& c : kConfigs) s += (s.empty() ? "" : ",") + std::string(c.name);
+    return s;
+  }();
+  return names.c_str();
+}
+
+int scaled_mm_config_index(const char* name) { return index_of(name); }
+
+size_t fp8_scaled_mm_workspace(const ScaledMmParams& p) { return workspace(p, true); }
+cudaError_t launch_fp8_scaled_mm_sm90(const ScaledMmParams& p, void* ws, cudaStream_t stream) {
+  return launch(p, true, ws, stream);
+}
+size_t int8_scaled_mm_workspace(const ScaledMmParams& p) { return workspace(p, false); }
+cudaError_t launch_int8_scaled_mm_sm90(const ScaledMmParams& p, void* ws, cudaStream_t stream) {
+  return launch(p, false, ws, stream);
+}
+
+}  // namespace sgl_kernel::gemm

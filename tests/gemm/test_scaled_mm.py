@@ -1,0 +1,218 @@
+# SPDX-License-Identifier: Apache-2.0
+"""fp8_scaled_mm and int8_scaled_mm (API.md 2.3) against the fp32 reference of ref_gemm.py
+on random 8-bit data: every M class the dispatcher distinguishes (swap A/B split-K, ping-pong,
+cooperative), the Llama-3 / Qwen3 layer shapes, both output types, with and without bias,
+strided mat_a, every forced configuration, CUDA-graph replay, opcheck, and the shape, layout
+and dtype errors.
+
+Tolerance (ref_gemm.assert_scaled_mm_close), per element:
+``|out - ref| <= u * |ref| + c * (|A| @ |B|) * sa * sb``, u = 2^-8 (bf16) / 2^-11 (fp16) for
+the output rounding, c = 2^-9 (fp8 fast accumulation) / 2^-22 (int8, exact accumulation).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sgl_kernel
+from tests.gemm.ref_gemm import (
+    LLAMA3_70B_NK,
+    LLAMA3_8B_NK,
+    QWEN3_NK,
+    abs_matmul_bound,
+    assert_scaled_mm_close,
+    random_fp8,
+    random_int8,
+    random_scales,
+    scaled_mm_config_names,
+    scaled_mm_ref,
+)
+from tests.helpers import opcheck_any_dtype, raises_op_error
+
+pytestmark = pytest.mark.gpu
+
+OUT_DTYPES = (torch.bfloat16, torch.float16)
+MS = (1, 7, 16, 64, 128, 1024, 4096, 8192)
+NK = sorted(set(LLAMA3_8B_NK + LLAMA3_70B_NK + QWEN3_NK))
+# M x (N, K) up to 2^36 multiply-adds per case keeps the fp32 reference and the run short;
+# the largest layers are covered at every M below that.
+CASES = [(m, n, k) for m in MS for (n, k) in NK if m * n * k <= 2**36]
+# Sizes off the tile grid: N a multiple of 8 only, K of 16 only, M odd.
+ODD = [(1, 8, 16), (3, 24, 48), (5, 40, 4112), (33, 136, 272), (65, 264, 528), (130, 520, 1040),
+       (257, 1032, 2064), (1000, 1048, 4096), (2049, 3080, 1552)]
+KINDS = ("fp8", "int8")
+
+
+def _sm90() -> bool:
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.fixture(autouse=True)
+def _need_sm90():
+    if not _sm90():
+        pytest.skip("fp8_scaled_mm / int8_scaled_mm have sm90a kernels only")
+
+
+def _inputs(kind, m, n, k, gen, bias_dtype=None):
+    if kind == "fp8":
+        a, w = random_fp8((m, k), gen), random_fp8((n, k), gen)
+    else:
+        a, w = random_int8((m, k), gen), random_int8((n, k), gen)
+    sa, sb = random_scales(m, gen), random_scales(n, gen)
+    if kind == "int8":  # int8 codes reach +-128 (fp8 codes here stay within ~+-4): keep fp16 finite
+        sa, sb = sa / 127, sb / 127
+    bias = None
+    if bias_dtype is not None:
+        bias = (torch.randn(n, device="cuda", generator=gen) * 4).to(bias_dtype)
+    return a, w.t(), sa, sb, bias
+
+
+def _op(kind):
+    return sgl_kernel.fp8_scaled_mm if kind == "fp8" else sgl_kernel.int8_scaled_mm
+
+
+def _check(kind, a, b, sa, sb, bias, out_dtype):
+    out = _op(kind)(a, b, sa, sb, out_dtype, bias)
+    assert out.shape == (a.shape[0], b.shape[1]) and out.is_contiguous()
+    ref = scaled_mm_ref(a, b, sa, sb, bias)
+    assert_scaled_mm_close(out, ref, abs_matmul_bound(a, b, sa, sb), out_dtype, kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m,n,k", CASES)
+def test_layer_shapes(kind, m, n, k, gen):
+    # alternate the output type and the bias over the cases instead of multiplying them
+    i = CASES.index((m, n, k))
+    out_dtype = OUT_DTYPES[i % 2]
+    bias_dtype = out_dtype if (i // 2) % 2 else None
+    _check(kind, *_inputs(kind, m, n, k, gen, bias_dtype), out_dtype)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+@pytest.mark.parametrize("with_bias", (False, True))
+@pytest.mark.parametrize("m,n,k", ODD)
+def test_odd_sizes(kind, out_dtype, with_bias, m, n, k, gen):
+    _check(kind, *_inputs(kind, m, n, k, gen, out_dtype if with_bias else None), out_dtype)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m", (1, 16, 48, 100, 300))
+def test_strided_mat_a_and_scale_shapes(kind, m, gen):
+    """mat_a a column slice of a wider matrix (row stride != K), scales as [X, 1]."""
+    n, k = 512, 1024
+    a_wide, b, sa, sb, bias = _inputs(kind, m, n, k + 256, gen, torch.bfloat16)
+    a = a_wide[:, 128:128 + k]
+    b = b[:k]  # b is W.t() of W [n, k + 256]: its first k rows are a column-major [k, n] view
+    assert a.stride(0) == k + 256 and b.stride(0) == 1
+    _check(kind, a, b, sa.reshape(m, 1), sb.reshape(n, 1), bias, torch.bfloat16)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_configuration(kind, gen, monkeypatch):
+    """Every CUTLASS configuration, forced through the tuning variable, on shapes that give
+    each one partial tiles in both directions, with and without split-K."""
+    names = [c for c in scaled_mm_config_names() if c.startswith(kind + "_")]
+    assert names, "no configurations listed"
+    for name in names:
+        for m, n, k, splits in ((1, 264, 4096, 0), (37, 1032, 2064, 3), (200, 520, 384, 1), (300, 4104, 4096, 0)):
+            monkeypatch.setenv("SGL_KERNEL_SCALED_MM_CONFIG", name)
+            monkeypatch.setenv("SGL_KERNEL_SCALED_MM_SPLITS", str(splits))
+            try:
+                _check(kind, *_inputs(kind, m, n, k, gen, torch.float16), torch.float16)
+            except AssertionError as e:
+                raise AssertionError(f"{name} m={m} n={n} k={k} splits={splits}: {e}") from None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_special_values(kind, gen):
+    """Zero rows/columns give exactly the bias; negative scales flip signs."""
+    m, n, k = 48, 256, 512
+    a, b, sa, sb, bias = _inputs(kind, m, n, k, gen, torch.bfloat16)
+    a.view(torch.uint8)[5] = 0  # +0 in e4m3 and int8
+    sa[7] = -sa[7]
+    out = _op(kind)(a, b, sa, sb, torch.bfloat16, bias)
+    assert torch.equal(out[5], bias)
+    ref = scaled_mm_ref(a, b, sa, sb, bias)
+    assert_scaled_mm_close(out, ref, abs_matmul_bound(a, b, sa, sb), torch.bfloat16, kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_empty_m(kind, gen):
+    a, b, sa, sb, _ = _inputs(kind, 1, 64, 128, gen)
+    out = _op(kind)(a[:0], b, sa[:0], sb, torch.bfloat16)
+    assert out.shape == (0, 64)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m", (4, 200))
+def test_cuda_graph(kind, m, gen):
+    n, k = 1024, 2048
+    a, b, sa, sb, bias = _inputs(kind, m, n, k, gen, torch.bfloat16)
+    op = _op(kind)
+    op(a, b, sa, sb, torch.bfloat16, bias)  # warm up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = op(a, b, sa, sb, torch.bfloat16, bias)
+    fresh = _inputs(kind, m, n, k, gen, torch.bfloat16)
+    for dst, src in zip((a, b, sa, sb, bias), fresh):
+        dst.copy_(src)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_scaled_mm_close(out, scaled_mm_ref(a, b, sa, sb, bias), abs_matmul_bound(a, b, sa, sb), torch.bfloat16,
+                           kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_opcheck(kind, gen):
+    a, b, sa, sb, bias = _inputs(kind, 24, 128, 256, gen, torch.float16)
+    op = torch.ops.sgl_kernel.fp8_scaled_mm.default if kind == "fp8" else torch.ops.sgl_kernel.int8_scaled_mm.default
+    opcheck_any_dtype(op, (a, b, sa, sb, torch.float16, bias))
+    opcheck_any_dtype(op, (a, b, sa, sb, torch.bfloat16, None))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_torch_compile(kind, gen):
+    a, b, sa, sb, bias = _inputs(kind, 24, 128, 256, gen, torch.bfloat16)
+    op = _op(kind)
+    fn = torch.compile(lambda *x: op(*x, torch.bfloat16, bias) * 2, fullgraph=True)
+    torch.testing.assert_close(fn(a, b, sa, sb), op(a, b, sa, sb, torch.bfloat16, bias) * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_inputs(kind, gen):
+    name = f"{kind}_scaled_mm"
+    op = _op(kind)
+    a, b, sa, sb, bias = _inputs(kind, 32, 64, 128, gen, torch.bfloat16)
+    bf = torch.bfloat16
+    with raises_op_error(name, "mat_a", "CUDA"):
+        op(a.cpu(), b, sa, sb, bf)
+    with raises_op_error(name, "mat_a", "dtype"):
+        op(a.to(torch.float16), b, sa, sb, bf)
+    with raises_op_error(name, "mat_b", "column-major"):
+        op(a, b.contiguous(), sa, sb, bf)
+    with raises_op_error(name, "mat_b", "mat_b.shape[0]"):
+        op(a, b[:112], sa, sb, bf)
+    with raises_op_error(name, "mat_a", "(K)", "multiple of 16"):
+        a2, b2, *_ = _inputs(kind, 32, 64, 120, gen)
+        op(a2, b2, sa, sb, bf)
+    with raises_op_error(name, "mat_b", "(N)", "multiple of 8"):
+        a3, b3, _, sb3, _ = _inputs(kind, 32, 60, 128, gen)
+        op(a3, b3, sa, sb3, bf)
+    with raises_op_error(name, "scales_a", "M = mat_a.shape[0]"):
+        op(a, b, sa[:31], sb, bf)
+    with raises_op_error(name, "scales_b"):
+        op(a, b, sa, sb.reshape(2, 32), bf)
+    with raises_op_error(name, "scales_a", "dtype"):
+        op(a, b, sa.double(), sb, bf)
+    with raises_op_error(name, "out_dtype"):
+        op(a, b, sa, sb, torch.float32)
+    with raises_op_error(name, "bias", "dtype"):
+        op(a, b, sa, sb, torch.float16, bias)
+    with raises_op_error(name, "bias"):
+        op(a, b, sa, sb, bf, bias[:32])
+    with raises_op_error(name, "mat_a", "16-byte"):
+        wide = _inputs(kind, 32, 64, 136, gen)[0]
+        op(wide[:, 8:], b, sa, sb, bf)
