@@ -60,7 +60,7 @@ def shapes(quick: bool):
 def check(args, out):
     a, b, sa, sb = args[:4]
     if a.shape[0] * b.shape[0] * b.shape[1] > 2**34:
-        return "ok (not checked: large)"
+        return None  # the fp32 reference of the largest shapes is skipped (tests/gemm covers them)
     if len(args) > 4:  # blockwise
         ref, bound = blockwise_ref(a, b, sa, sb)
         err = (out.float() - ref).abs()
