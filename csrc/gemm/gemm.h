@@ -63,7 +63,13 @@ struct BlockwiseMmParams {
   int64_t sb_stride_n;    // >= K / 128
   OutType out_type;
   int sm_count;
-  int config = -1;        // tuning (SGL_KERNEL_BLOCKWISE_MM_CONFIG): 0 cooperative 128x128, 1 ping-pong 64x128
+  // Tuning only (-1 / 0: the heuristic): SGL_KERNEL_BLOCKWISE_MM_CONFIG picks 0 cooperative
+  // 128x128, 1 ping-pong 64x128 (larger tiles would need 2 x 128 accumulator registers per
+  // thread: the blockwise mainloop keeps a second, per-block accumulator);
+  // SGL_KERNEL_BLOCKWISE_MM_SWIZZLE the
+  // tile scheduler's swizzle.
+  int config = -1;
+  int swizzle = 0;
 };
 size_t fp8_blockwise_mm_workspace(const BlockwiseMmParams& p);
 cudaError_t launch_fp8_blockwise_mm_sm90(const BlockwiseMmParams& p, void* workspace, cudaStream_t stream);

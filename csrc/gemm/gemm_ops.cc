@@ -504,6 +504,9 @@ at::Tensor fp8_blockwise_scaled_mm(const at::Tensor& mat_a, const at::Tensor& ma
   if (const char* c = std::getenv("SGL_KERNEL_BLOCKWISE_MM_CONFIG"); c != nullptr && *c != '\0') {
     p.config = std::atoi(c);
   }
+  if (const char* z = std::getenv("SGL_KERNEL_BLOCKWISE_MM_SWIZZLE"); z != nullptr && *z != '\0') {
+    p.swizzle = std::atoi(z);
+  }
   if constexpr (kBuiltSm90) {
     const size_t ws_bytes = fp8_blockwise_mm_workspace(p);
     at::Tensor ws;

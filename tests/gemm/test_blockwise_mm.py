@@ -86,10 +86,12 @@ def test_odd_sizes(out_dtype, m, n, k, gen):
     _check(*_inputs(m, n, k, gen), out_dtype)
 
 
+@pytest.mark.parametrize("swizzle", ("1", "4"))
 @pytest.mark.parametrize("config", ("0", "1"))
 @pytest.mark.parametrize("m", (1, 50, 200, 1100))
-def test_both_configurations(config, m, gen, monkeypatch):
+def test_both_configurations(config, swizzle, m, gen, monkeypatch):
     monkeypatch.setenv("SGL_KERNEL_BLOCKWISE_MM_CONFIG", config)
+    monkeypatch.setenv("SGL_KERNEL_BLOCKWISE_MM_SWIZZLE", swizzle)
     _check(*_inputs(m, 1024, 1536, gen), torch.bfloat16)
 
 

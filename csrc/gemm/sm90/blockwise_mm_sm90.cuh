@@ -98,6 +98,7 @@ struct BlockwiseMmKernel {
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.hw_info.sm_count = p.sm_count;
+    args.scheduler.max_swizzle_size = p.swizzle > 0 ? p.swizzle : 1;
     return args;
   }
 
