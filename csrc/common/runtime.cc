@@ -41,6 +41,23 @@ int device_capability(int device) {
   return cc;
 }
 
+int device_sm_count(int device) {
+  static std::atomic<int> cache[kMaxDevices];  // 0 = not yet queried
+  constexpr int kFallback = 132;
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  if (cacheable) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v != 0) return v;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    cudaGetLastError();  // clear the (non-sticky) error
+    sms = kFallback;
+  }
+  if (cacheable) cache[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
 bool archs_cover(const std::string& archs, int cc) {
   const int dev_major = cc / 10;
   for (std::string a : split_csv(archs)) {

@@ -27,20 +27,6 @@ cudaStream_t current_stream(const at::Tensor& t) { return c10::cuda::getCurrentC
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
-int sm_count(int device) {
-  static int counts[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) {
-      (void)cudaGetLastError();
-      n = 132;
-    }
-    counts[device] = n;
-  }
-  return counts[device];
-}
-
 // The out_dtype argument of the scaled GEMMs.
 OutType out_type_of(const char* op, at::ScalarType dtype) {
   SGL_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf, op, "out_dtype must be torch.bfloat16 or torch.float16, got ",
@@ -50,7 +36,7 @@ OutType out_type_of(const char* op, at::ScalarType dtype) {
 
 // mat_a [M, K] row-major and mat_b [K, N] column-major of 8-bit type `dtype` (API.md 2.3):
 // the TMA loads need 16-byte aligned starts and row strides.
-void check_ab(const char* op, const at::Tensor& a, const at::Tensor& b, at::ScalarType dtype, const char* dname) {
+void check_ab(const char* op, const at::Tensor& a, const at::Tensor& b, at::ScalarType dtype) {
   check_cuda(op, "mat_a", a);
   check_dtype(op, "mat_a", a, {dtype});
   check_dim(op, "mat_a", a, 2);
@@ -76,7 +62,6 @@ void check_ab(const char* op, const at::Tensor& a, const at::Tensor& b, at::Scal
             "mat_b must start at a 16-byte aligned address with a column stride that is a multiple of 16 "
             "elements, got data_ptr % 16 = ",
             reinterpret_cast<uintptr_t>(b.data_ptr()) % 16, ", stride(1) = ", b.stride(1));
-  (void)dname;
 }
 
 // scales_a: M fp32 elements, scales_b: N (contiguous, [X] or [X, 1]); bias [N] of out_dtype.
@@ -98,6 +83,21 @@ void check_row_col_scales(const char* op, const at::Tensor& a, const at::Tensor&
     check_size(op, "bias", *bias, 0, n, "N = mat_b.shape[1]");
     check_contiguous(op, "bias", *bias);
   }
+}
+
+// Launch an sm90 GEMM: the workspace its configuration asks for comes from the caching
+// allocator (graph-safe, no cudaMalloc on the hot path); a configuration CUTLASS rejects is
+// reported with the problem shape.
+template <typename Params>
+void run_sm90(const char* op, const at::Tensor& mat_a, const Params& p, size_t (*workspace_fn)(const Params&),
+              cudaError_t (*launch_fn)(const Params&, void*, cudaStream_t)) {
+  const size_t ws_bytes = workspace_fn(p);
+  at::Tensor ws;
+  if (ws_bytes > 0) ws = at::empty({static_cast<int64_t>(ws_bytes)}, mat_a.options().dtype(at::kByte));
+  const cudaError_t err = launch_fn(p, ws_bytes > 0 ? ws.data_ptr() : nullptr, current_stream(mat_a));
+  SGL_CHECK(err != cudaErrorNotSupported, op, "mat_a: no kernel configuration implements M = ", p.m, ", N = ", p.n,
+            ", K = ", p.k, " with these strides (CUTLASS can_implement failed)");
+  check_launch(op, err);
 }
 
 // Tuning hooks (benchmark/gemm/tune_scaled_mm.py): SGL_KERNEL_SCALED_MM_CONFIG names a
@@ -123,7 +123,7 @@ void apply_tuning_env(const char* op, ScaledMmParams& p) {
 at::Tensor scaled_mm(const char* op, bool fp8, const at::Tensor& mat_a, const at::Tensor& mat_b,
                      const at::Tensor& scales_a, const at::Tensor& scales_b, at::ScalarType out_dtype,
                      const std::optional<at::Tensor>& bias) {
-  check_ab(op, mat_a, mat_b, fp8 ? at::kFloat8_e4m3fn : at::kChar, "");
+  check_ab(op, mat_a, mat_b, fp8 ? at::kFloat8_e4m3fn : at::kChar);
   const OutType ot = out_type_of(op, out_dtype);
   const int64_t m = mat_a.size(0), n = mat_b.size(1), k = mat_a.size(1);
   check_row_col_scales(op, mat_a, scales_a, scales_b, bias, m, n, out_dtype);
@@ -149,19 +149,14 @@ at::Tensor scaled_mm(const char* op, bool fp8, const at::Tensor& mat_a, const at
   p.ldb = n > 1 ? mat_b.stride(1) : k;
   p.ldd = n;
   p.out_type = ot;
-  p.sm_count = sm_count(mat_a.get_device());
+  p.sm_count = device_sm_count(mat_a.get_device());
   apply_tuning_env(op, p);
   if constexpr (kBuiltSm90) {
-    const size_t ws_bytes = fp8 ? fp8_scaled_mm_workspace(p) : int8_scaled_mm_workspace(p);
-    at::Tensor ws;
-    if (ws_bytes > 0) ws = at::empty({static_cast<int64_t>(ws_bytes)}, mat_a.options().dtype(at::kByte));
-    void* wsp = ws_bytes > 0 ? ws.data_ptr() : nullptr;
-    const cudaStream_t stream = current_stream(mat_a);
-    const cudaError_t err =
-        fp8 ? launch_fp8_scaled_mm_sm90(p, wsp, stream) : launch_int8_scaled_mm_sm90(p, wsp, stream);
-    SGL_CHECK(err != cudaErrorNotSupported, op, "mat_a: no kernel configuration implements M = ", m, ", N = ", n,
-              ", K = ", k, " with these strides (CUTLASS can_implement failed)");
-    check_launch(op, err);
+    if (fp8) {
+      run_sm90(op, mat_a, p, &fp8_scaled_mm_workspace, &launch_fp8_scaled_mm_sm90);
+    } else {
+      run_sm90(op, mat_a, p, &int8_scaled_mm_workspace, &launch_int8_scaled_mm_sm90);
+    }
   }
   return out;
 }
@@ -465,7 +460,7 @@ at::Tensor blockwise_scales_b(const at::Tensor& sb, int64_t kb, int64_t* stride_
 at::Tensor fp8_blockwise_scaled_mm(const at::Tensor& mat_a, const at::Tensor& mat_b, const at::Tensor& scales_a,
                                    const at::Tensor& scales_b, at::ScalarType out_dtype) {
   const char* op = "fp8_blockwise_scaled_mm";
-  check_ab(op, mat_a, mat_b, at::kFloat8_e4m3fn, "");
+  check_ab(op, mat_a, mat_b, at::kFloat8_e4m3fn);
   const OutType ot = out_type_of(op, out_dtype);
   const int64_t m = mat_a.size(0), n = mat_b.size(1), k = mat_a.size(1);
   SGL_CHECK(k % 128 == 0, op, "mat_a.shape[1] (K) must be a multiple of 128 (the block size), got ", k);
@@ -500,23 +495,14 @@ at::Tensor fp8_blockwise_scaled_mm(const at::Tensor& mat_a, const at::Tensor& ma
   p.ldb = mat_b.stride(1);
   p.ldd = n;
   p.out_type = ot;
-  p.sm_count = sm_count(mat_a.get_device());
+  p.sm_count = device_sm_count(mat_a.get_device());
   if (const char* c = std::getenv("SGL_KERNEL_BLOCKWISE_MM_CONFIG"); c != nullptr && *c != '\0') {
     p.config = std::atoi(c);
   }
   if (const char* z = std::getenv("SGL_KERNEL_BLOCKWISE_MM_SWIZZLE"); z != nullptr && *z != '\0') {
     p.swizzle = std::atoi(z);
   }
-  if constexpr (kBuiltSm90) {
-    const size_t ws_bytes = fp8_blockwise_mm_workspace(p);
-    at::Tensor ws;
-    if (ws_bytes > 0) ws = at::empty({static_cast<int64_t>(ws_bytes)}, mat_a.options().dtype(at::kByte));
-    const cudaError_t err = launch_fp8_blockwise_mm_sm90(p, ws_bytes > 0 ? ws.data_ptr() : nullptr,
-                                                         current_stream(mat_a));
-    SGL_CHECK(err != cudaErrorNotSupported, op, "mat_a: no kernel configuration implements M = ", m, ", N = ", n,
-              ", K = ", k, " with these strides (CUTLASS can_implement failed)");
-    check_launch(op, err);
-  }
+  if constexpr (kBuiltSm90) run_sm90(op, mat_a, p, &fp8_blockwise_mm_workspace, &launch_fp8_blockwise_mm_sm90);
   return out;
 }
 

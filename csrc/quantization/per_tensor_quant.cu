@@ -14,7 +14,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "quantization/quant.cuh"
@@ -22,6 +21,7 @@
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
+#include "sgl_kernel/runtime.h"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
 
@@ -169,19 +169,11 @@ __global__ void __launch_bounds__(kSmallThreads)
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-// The current device's multiprocessor count, queried once per device.
+// The current device's multiprocessor count (cached per device by runtime.cc).
 int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // 0 = not yet queried
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) != cudaSuccess) return sms;
-  if (device >= 0 && device < kMaxDevices) {
-    const int v = cache[device].load(std::memory_order_relaxed);
-    if (v != 0) return v;
-  }
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) sms = 132;
-  if (device >= 0 && device < kMaxDevices) cache[device].store(sms, std::memory_order_relaxed);
-  return sms;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  return device_sm_count(device);
 }
 
 }  // namespace

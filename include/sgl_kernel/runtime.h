@@ -15,6 +15,10 @@ int device_capability(int device);
 // sm_XY runs on X.Z with Z >= Y; sm_XYa only on X.Y; PTX compute_XY on anything >= X.Y.
 bool archs_cover(const std::string& archs, int cc);
 
+// Multiprocessor count of CUDA device `device`, cached per device after the first query
+// (132, an H100/H200's count, if it cannot be read; callers use it for grid sizing only).
+int device_sm_count(int device);
+
 // "sm_80, sm_89, sm_90a" for messages.
 std::string format_archs(const std::string& archs);
 

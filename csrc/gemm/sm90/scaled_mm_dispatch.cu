@@ -15,26 +15,24 @@ struct Config {
   const char* name;
   sm90::ConfigFn fn;
   bool fp8;
-  int tile_m, tile_n;  // of the problem as the kernel sees it (swapped: rows are N)
-  bool swap;
 };
 
 constexpr Config kConfigs[] = {
-    {"fp8_coop_128x256", &sm90::fp8_coop_128x256, true, 128, 256, false},
-    {"fp8_coop_128x128", &sm90::fp8_coop_128x128, true, 128, 128, false},
-    {"fp8_pingpong_64x128", &sm90::fp8_pingpong_64x128, true, 64, 128, false},
-    {"fp8_pingpong_64x256", &sm90::fp8_pingpong_64x256, true, 64, 256, false},
-    {"fp8_coop_256x128", &sm90::fp8_coop_256x128, true, 256, 128, false},
-    {"fp8_swap_128x16", &sm90::fp8_swap_128x16, true, 128, 16, true},
-    {"fp8_swap_128x32", &sm90::fp8_swap_128x32, true, 128, 32, true},
-    {"fp8_swap_128x64", &sm90::fp8_swap_128x64, true, 128, 64, true},
-    {"int8_coop_128x256", &sm90::int8_coop_128x256, false, 128, 256, false},
-    {"int8_coop_128x128", &sm90::int8_coop_128x128, false, 128, 128, false},
-    {"int8_pingpong_64x128", &sm90::int8_pingpong_64x128, false, 64, 128, false},
-    {"int8_swap_128x32", &sm90::int8_swap_128x32, false, 128, 32, true},
-    {"int8_swap_128x64", &sm90::int8_swap_128x64, false, 128, 64, true},
-    {"fp8_small_m", &sm90::fp8_small_m, true, 16, 64, false},
-    {"int8_small_m", &sm90::int8_small_m, false, 16, 64, false},
+    {"fp8_coop_128x256", &sm90::fp8_coop_128x256, true},
+    {"fp8_coop_128x128", &sm90::fp8_coop_128x128, true},
+    {"fp8_pingpong_64x128", &sm90::fp8_pingpong_64x128, true},
+    {"fp8_pingpong_64x256", &sm90::fp8_pingpong_64x256, true},
+    {"fp8_coop_256x128", &sm90::fp8_coop_256x128, true},
+    {"fp8_swap_128x16", &sm90::fp8_swap_128x16, true},
+    {"fp8_swap_128x32", &sm90::fp8_swap_128x32, true},
+    {"fp8_swap_128x64", &sm90::fp8_swap_128x64, true},
+    {"int8_coop_128x256", &sm90::int8_coop_128x256, false},
+    {"int8_coop_128x128", &sm90::int8_coop_128x128, false},
+    {"int8_pingpong_64x128", &sm90::int8_pingpong_64x128, false},
+    {"int8_swap_128x32", &sm90::int8_swap_128x32, false},
+    {"int8_swap_128x64", &sm90::int8_swap_128x64, false},
+    {"fp8_small_m", &sm90::fp8_small_m, true},
+    {"int8_small_m", &sm90::int8_small_m, false},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
