@@ -94,6 +94,15 @@ OP_SCHEMAS = {
     "awq_dequantize": "awq_dequantize(Tensor qweight, Tensor scales, Tensor qzeros) -> Tensor",
     "dsv3_router_gemm": "dsv3_router_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()",
     "dsv3_fused_a_gemm": "dsv3_fused_a_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()",
+    # 2.6 (dispose, get_graph_buffer_ipc_meta, register_buffer, register_graph_buffers and
+    # meta_size are inferred from the C++ function type: arguments _0, _1, ...)
+    "init_custom_ar": "init_custom_ar(int[] ipc_tensors, Tensor rank_data, int rank, bool full_nvlink) -> int",
+    "dispose": "dispose(int _0) -> ()",
+    "all_reduce": "all_reduce(int fa, Tensor inp, Tensor! out, int reg_buffer, int reg_buffer_sz_bytes) -> ()",
+    "get_graph_buffer_ipc_meta": "get_graph_buffer_ipc_meta(int _0) -> (int[], int[])",
+    "register_buffer": "register_buffer(int _0, int[] _1) -> ()",
+    "register_graph_buffers": "register_graph_buffers(int _0, int[][] _1, int[][] _2) -> ()",
+    "meta_size": "meta_size() -> int",
     # 3.1
     "custom_relu": "custom_relu(Tensor input) -> Tensor",
     "fused_add_relu": "fused_add_relu(Tensor input, Tensor bias) -> Tensor",
@@ -105,9 +114,10 @@ OP_SCHEMAS = {
     "fast_compare_key": "fast_compare_key(Tensor x, Tensor y) -> int",
 }
 
-# Ops registered for the CPU dispatch key only (API.md: fast_compare_key). Every other op
-# has a CUDA kernel, and build_info() reports it unavailable without a GPU.
-CPU_OPS: set = {"fast_compare_key"}
+# Ops that work without a GPU (API.md: fast_compare_key, meta_size); build_info() reports
+# them available everywhere. Every other op needs a CUDA kernel, and build_info() reports it
+# unavailable without a GPU.
+CPU_OPS: set = {"fast_compare_key", "meta_size"}
 
 # public name -> (module it lives in, parameter list exactly as API.md writes it after "py: ")
 PUBLIC_FUNCTIONS = {
@@ -172,6 +182,14 @@ PUBLIC_FUNCTIONS = {
         "score, lengths, page_table_size_1, cu_seqlens_q, topk, row_starts=None",
     ),
     "fast_topk_transform_ragged_fused": ("sgl_kernel.top_k", "score, lengths, topk_indices_offset, topk, row_starts=None"),
+    # 2.6
+    "init_custom_ar": ("sgl_kernel.allreduce", "ipc_tensors, rank_data, rank, full_nvlink"),
+    "dispose": ("sgl_kernel.allreduce", "fa"),
+    "all_reduce": ("sgl_kernel.allreduce", "fa, inp, out, reg_buffer, reg_buffer_sz_bytes"),
+    "get_graph_buffer_ipc_meta": ("sgl_kernel.allreduce", "fa"),
+    "register_buffer": ("sgl_kernel.allreduce", "fa, fake_ipc_ptrs"),
+    "register_graph_buffers": ("sgl_kernel.allreduce", "fa, handles, offsets"),
+    "meta_size": ("sgl_kernel.allreduce", ""),
     "custom_relu": ("sgl_kernel.project", "input"),
     "fused_add_relu": ("sgl_kernel.project", "input, bias"),
     "embedding_lookup": ("sgl_kernel.project", "weight, indices, *, vocab_range=None, out=None"),
@@ -198,7 +216,7 @@ BUILD_INFO_TYPES = {
     "ops": dict,
 }
 REQUIRED_FAMILIES = ("elementwise", "quantization", "gemm", "moe", "attention", "allreduce", "project")
-BUILT_FAMILIES = ("elementwise", "project", "top_k")  # implemented so far: always compiled in
+BUILT_FAMILIES = ("elementwise", "project", "top_k", "allreduce")  # implemented so far: always compiled in
 
 ACT_OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
 ROPE_OP = "apply_rope_pos_ids_cos_sin_cache"
@@ -333,9 +351,29 @@ def test_op_schema(op):
     assert [_ret_key(r) for r in actual.returns] == [_ret_key(r) for r in expected.returns], mismatch
 
 
-@pytest.mark.parametrize("op", sorted(set(OP_SCHEMAS) - CPU_OPS))
+def _takes_tensors(op: str) -> bool:
+    schema = torch._C.parse_schema("sgl_kernel::" + OP_SCHEMAS[op])
+    return any("Tensor" in str(a.type) for a in schema.arguments)
+
+
+# Ops without tensor arguments (allreduce's handle bookkeeping and meta_size): the dispatcher
+# has no device to dispatch on, so they are registered for every backend
+# (CompositeExplicitAutograd or a catch-all), not for the CUDA key.
+NO_TENSOR_OPS = {op for op in OP_SCHEMAS if not _takes_tensors(op)}
+
+
+@pytest.mark.parametrize("op", sorted(set(OP_SCHEMAS) - CPU_OPS - NO_TENSOR_OPS))
 def test_op_has_cuda_kernel(op):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"sgl_kernel::{op}", "CUDA")
+
+
+@pytest.mark.parametrize("op", sorted(NO_TENSOR_OPS))
+def test_op_without_tensors_is_callable(op):
+    """Called with no tensor the dispatcher picks the Undefined key's kernel: a backend-only
+    registration (CUDA, CPU) would fail to dispatch."""
+    name = f"sgl_kernel::{op}"
+    assert torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "Undefined"), name
+    assert torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA"), name
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,4 +19,5 @@ from sgl_kernel.gemm import *  # noqa: E402,F401,F403
 from sgl_kernel.project import *  # noqa: E402,F401,F403
 from sgl_kernel.memory import *  # noqa: E402,F401,F403
 from sgl_kernel.top_k import *  # noqa: E402,F401,F403
+from sgl_kernel.allreduce import *  # noqa: E402,F401,F403
 from sgl_kernel.info import build_info  # noqa: E402,F401

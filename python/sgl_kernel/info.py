@@ -33,6 +33,7 @@ FAMILY_MODULES = (
     "sgl_kernel.memory",
     "sgl_kernel.top_k",
     "sgl_kernel.gemm",
+    "sgl_kernel.allreduce",
 )
 
 
