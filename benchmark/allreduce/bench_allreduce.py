@@ -255,13 +255,9 @@ def run_multi_process(world: int, opts: Dict) -> int:
             log(f"error: a benchmark process failed: {exc}")
             return 1
         finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.terminate()
-            for p in ctx.processes:
-                p.join(10)
-                if p.is_alive():
-                    p.kill()
+            from tests.allreduce.emulate import stop_processes
+
+            stop_processes(ctx.processes)
     return 0
 
 

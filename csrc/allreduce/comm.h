@@ -28,7 +28,6 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
 
   int device() const { return device_; }
-  int world() const { return world_; }
 
   // ptrs[r]: rank r's copy of one buffer, as mapped here.
   void register_buffer(const std::vector<int64_t>& ptrs);

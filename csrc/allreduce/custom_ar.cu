@@ -95,47 +95,44 @@ struct Pack<float> {
   }
 };
 
+// fp16 and bf16: 8 values as 4 pairs, through the pair conversions of cuda_fp16.h / cuda_bf16.h.
+__device__ __forceinline__ float2 pair_to_float2(const __half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 pair_to_float2(const __nv_bfloat162 v) { return __bfloat1622float2(v); }
+template <typename T2>
+__device__ __forceinline__ T2 float2_to_pair(float a, float b);
 template <>
-struct Pack<half> {
+__device__ __forceinline__ __half2 float2_to_pair<__half2>(float a, float b) { return __floats2half2_rn(a, b); }
+template <>
+__device__ __forceinline__ __nv_bfloat162 float2_to_pair<__nv_bfloat162>(float a, float b) {
+  return __floats2bfloat162_rn(a, b);
+}
+
+template <typename T2>
+struct PackOfPairs {
   static constexpr int N = 8;
   static __device__ __forceinline__ void add(float (&acc)[N], const uint4& v, bool first) {
-    const __half2* h = reinterpret_cast<const __half2*>(&v);
+    const T2* h = reinterpret_cast<const T2*>(&v);
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) {
-      const float2 f = __half22float2(h[i]);
+      const float2 f = pair_to_float2(h[i]);
       acc[2 * i] = first ? f.x : acc[2 * i] + f.x;
       acc[2 * i + 1] = first ? f.y : acc[2 * i + 1] + f.y;
     }
   }
   static __device__ __forceinline__ uint4 pack(const float (&acc)[N]) {
     uint4 v;
-    __half2* h = reinterpret_cast<__half2*>(&v);
+    T2* h = reinterpret_cast<T2*>(&v);
 #pragma unroll
-    for (int i = 0; i < N / 2; ++i) h[i] = __floats2half2_rn(acc[2 * i], acc[2 * i + 1]);
+    for (int i = 0; i < N / 2; ++i) h[i] = float2_to_pair<T2>(acc[2 * i], acc[2 * i + 1]);
     return v;
   }
 };
 
 template <>
-struct Pack<__nv_bfloat16> {
-  static constexpr int N = 8;
-  static __device__ __forceinline__ void add(float (&acc)[N], const uint4& v, bool first) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      const float2 f = __bfloat1622float2(h[i]);
-      acc[2 * i] = first ? f.x : acc[2 * i] + f.x;
-      acc[2 * i + 1] = first ? f.y : acc[2 * i + 1] + f.y;
-    }
-  }
-  static __device__ __forceinline__ uint4 pack(const float (&acc)[N]) {
-    uint4 v;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    return v;
-  }
-};
+struct Pack<half> : PackOfPairs<__half2> {};
+
+template <>
+struct Pack<__nv_bfloat16> : PackOfPairs<__nv_bfloat162> {};
 
 // Loads from peer memory bypass L1 (ld.global.cg): nothing read here is worth keeping, and
 // the scratch read in the second stage was written by peers during this kernel.

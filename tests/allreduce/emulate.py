@@ -51,3 +51,16 @@ def random_inputs(world: int, numel: int, dtype: torch.dtype, gen: torch.Generat
 def poisoned_like(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
     """NaN-filled outputs: an element the kernel does not write fails the check."""
     return [torch.full_like(t, float("nan")) for t in tensors]
+
+
+def stop_processes(processes) -> None:
+    """Terminate spawned processes that are still running (then kill the stubborn ones), so a
+    failed or hung multi-process run leaves nothing behind."""
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join()

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from sgl_kernel.allreduce import CustomAllreduce
-from tests.allreduce.emulate import numel_of
+from tests.allreduce.emulate import numel_of, stop_processes
 from tests.allreduce.ref_allreduce import DTYPES, check_bitwise_equal, check_sum, reference
 
 pytestmark = pytest.mark.gpu
@@ -75,14 +75,7 @@ def _spawn(body, world: int, tmp_path, *, backend: str = "nccl", shared_gpu: boo
             if time.monotonic() > deadline:
                 pytest.fail(f"{body.__name__}: the {world} processes did not finish within {timeout_s:.0f} s (hang?)")
     finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in ctx.processes:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        stop_processes(ctx.processes)
 
 
 def _need_gpus(n: int) -> None:
