@@ -48,6 +48,12 @@ cudaError_t launch_fp8_scaled_mm_sm90(const ScaledMmParams& p, void* workspace, 
 size_t int8_scaled_mm_workspace(const ScaledMmParams& p);
 cudaError_t launch_int8_scaled_mm_sm90(const ScaledMmParams& p, void* workspace, cudaStream_t stream);
 
+// The same ops on GPUs without the sm90a kernels, CUTLASS 2.x mma.sync GEMMs with the same
+// epilogue (csrc/gemm/scaled_mm_sm8x.cuh): fp8 on sm89+ (csrc/gemm/sm89/), int8 on sm80+
+// (csrc/gemm/sm80/). No workspace; the tuning fields of ScaledMmParams are ignored.
+cudaError_t launch_fp8_scaled_mm_sm89(const ScaledMmParams& p, cudaStream_t stream);
+cudaError_t launch_int8_scaled_mm_sm80(const ScaledMmParams& p, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------
 // fp8_blockwise_scaled_mm (csrc/gemm/sm90/): 1x128 activation blocks, 128x128 weight blocks.
 //   out[m, n] = sum_kb (sum_{k in kb} A[m,k] B[k,n]) * scales_a[m, kb] * scales_b[kb, n / 128]

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include <ATen/ops/empty.h>
@@ -21,6 +22,10 @@ namespace {
 constexpr bool kBuiltSm90 = SGL_KERNEL_HAS_GEMM_SM90;
 constexpr const char* kArchsSm90 = SGL_KERNEL_ARCHS_GEMM_SM90;
 constexpr bool kBuilt = SGL_KERNEL_HAS_GEMM;
+constexpr bool kBuiltSm80 = SGL_KERNEL_HAS_GEMM_SM80;
+constexpr const char* kArchsSm80 = SGL_KERNEL_ARCHS_GEMM_SM80;
+constexpr bool kBuiltSm89 = SGL_KERNEL_HAS_GEMM_SM89;
+constexpr const char* kArchsSm89 = SGL_KERNEL_ARCHS_GEMM_SM89;
 constexpr const char* kArchs = SGL_KERNEL_ARCHS_GEMM;
 
 cudaStream_t current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
@@ -120,6 +125,19 @@ void apply_tuning_env(const char* op, ScaledMmParams& p) {
   }
 }
 
+// Which kernels fp8_scaled_mm / int8_scaled_mm run: the sm90a CUTLASS 3.x ones where the build
+// holds them for the GPU, else the CUTLASS 2.x mma.sync ones (fp8: sm89+, int8: sm80+).
+// SGL_KERNEL_SCALED_MM_BACKEND=sm90|sm8x forces one (tests run the sm8x path on an H100).
+bool use_sm90_kernels(const char* op, const at::Tensor& t) {
+  const char* env = std::getenv("SGL_KERNEL_SCALED_MM_BACKEND");
+  const std::string backend = env != nullptr ? env : "";
+  if (backend == "sm90") return true;
+  if (backend == "sm8x") return false;
+  SGL_CHECK(backend.empty() || backend == "auto", op, "SGL_KERNEL_SCALED_MM_BACKEND must be auto, sm90 or sm8x, got '",
+            backend, "'");
+  return kBuiltSm90 && archs_cover(kArchsSm90, device_capability(t.get_device()));
+}
+
 at::Tensor scaled_mm(const char* op, bool fp8, const at::Tensor& mat_a, const at::Tensor& mat_b,
                      const at::Tensor& scales_a, const at::Tensor& scales_b, at::ScalarType out_dtype,
                      const std::optional<at::Tensor>& bias) {
@@ -129,9 +147,19 @@ at::Tensor scaled_mm(const char* op, bool fp8, const at::Tensor& mat_a, const at
   check_row_col_scales(op, mat_a, scales_a, scales_b, bias, m, n, out_dtype);
   at::Tensor out = at::empty({m, n}, mat_a.options().dtype(out_dtype));
   if (m == 0 || n == 0) return out;
-  require_kernel(op, "gemm_sm90", kArchsSm90, mat_a);
+  const bool sm90 = use_sm90_kernels(op, mat_a);
+  if (sm90) {
+    require_kernel(op, "gemm_sm90", kArchsSm90, mat_a);
+  } else if (fp8) {
+    const int cc = device_capability(mat_a.get_device());
+    SGL_CHECK(cc >= 89, op, "needs a GPU with fp8 tensor cores (sm_89 or newer); cuda:", mat_a.get_device(),
+              " is sm_", cc);
+    require_kernel(op, "gemm_sm89", kArchsSm89, mat_a);
+  } else {
+    require_kernel(op, "gemm_sm80", kArchsSm80, mat_a);
+  }
   const c10::cuda::CUDAGuard guard(mat_a.device());
-  // The vector loads of the epilogue read scales_b in 16-byte and bias in 16-byte pieces.
+  // The vector loads of the epilogues read scales_b in 16-byte and bias in 16-byte pieces.
   const at::Tensor sb = aligned16(scales_b) ? scales_b : scales_b.clone();
   at::Tensor bias16;
   if (bias.has_value()) bias16 = aligned16(*bias) ? *bias : bias->clone();
@@ -150,14 +178,26 @@ at::Tensor scaled_mm(const char* op, bool fp8, const at::Tensor& mat_a, const at
   p.ldd = n;
   p.out_type = ot;
   p.sm_count = device_sm_count(mat_a.get_device());
-  apply_tuning_env(op, p);
-  if constexpr (kBuiltSm90) {
-    if (fp8) {
-      run_sm90(op, mat_a, p, &fp8_scaled_mm_workspace, &launch_fp8_scaled_mm_sm90);
-    } else {
-      run_sm90(op, mat_a, p, &int8_scaled_mm_workspace, &launch_int8_scaled_mm_sm90);
+  if (sm90) {
+    apply_tuning_env(op, p);
+    if constexpr (kBuiltSm90) {
+      if (fp8) {
+        run_sm90(op, mat_a, p, &fp8_scaled_mm_workspace, &launch_fp8_scaled_mm_sm90);
+      } else {
+        run_sm90(op, mat_a, p, &int8_scaled_mm_workspace, &launch_int8_scaled_mm_sm90);
+      }
     }
+    return out;
   }
+  cudaError_t err = cudaErrorNotSupported;
+  if (fp8) {
+    if constexpr (kBuiltSm89) err = launch_fp8_scaled_mm_sm89(p, current_stream(mat_a));
+  } else {
+    if constexpr (kBuiltSm80) err = launch_int8_scaled_mm_sm80(p, current_stream(mat_a));
+  }
+  SGL_CHECK(err != cudaErrorNotSupported, op, "mat_a: no kernel configuration implements M = ", m, ", N = ", n,
+            ", K = ", k, " with these strides (CUTLASS can_implement failed)");
+  check_launch(op, err);
   return out;
 }
 

@@ -45,19 +45,20 @@ __all__ = [
 FAMILY = "gemm"
 # op name -> lowest arch with a kernel (API.md)
 OPS = {
-    "fp8_scaled_mm": 90,
-    "int8_scaled_mm": 90,
+    "fp8_scaled_mm": 89,
+    "int8_scaled_mm": 80,
     "fp8_blockwise_scaled_mm": 90,
     "bmm_fp8": 89,
     "awq_dequantize": 80,
     "dsv3_router_gemm": 80,
     "dsv3_fused_a_gemm": 80,
 }
-# ops whose kernels live in an arch-specific part of the family (csrc/gemm/sm90/)
+# ops whose kernels live in arch-specific parts of the family (csrc/gemm/sm90/: CUTLASS 3.x,
+# sm90a; csrc/gemm/sm89/, sm80/: CUTLASS 2.x fp8 / int8 for every other GPU)
 OP_FAMILIES = {
-    "fp8_scaled_mm": "gemm_sm90",
-    "int8_scaled_mm": "gemm_sm90",
-    "fp8_blockwise_scaled_mm": "gemm_sm90",
+    "fp8_scaled_mm": ("gemm_sm90", "gemm_sm89"),
+    "int8_scaled_mm": ("gemm_sm90", "gemm_sm80"),
+    "fp8_blockwise_scaled_mm": ("gemm_sm90",),
 }
 
 _FP8 = torch.float8_e4m3fn
@@ -109,10 +110,13 @@ _SCALED_MM_NOTES = """
         ``(A @ B) * scales_a[:, None] * scales_b[None, :] (+ bias)``, the epilogue in fp32
         (``acc * scales_b * scales_a + bias``, the bias added with one fma) and one rounding.
 
-    Kernels: CUTLASS 3.x warp-specialized sm90a GEMMs (TMA, wgmma) chosen by M, N, K: swapped
-    A/B with split-K for ``M <= 64`` (the weight rows fill the 128-row tiles), ping-pong and
-    cooperative persistent kernels above. Arch: sm90a (H100/H200); other GPUs raise
-    ``RuntimeError`` naming the arch. CUDA-graph capturable; split-K shapes allocate a small
+    Kernels: on sm90a (H100/H200), CUTLASS 3.x warp-specialized GEMMs (TMA, wgmma) chosen by
+    M, N, K: a weight-streaming kernel or swapped A/B for decode ``M``, ping-pong and
+    cooperative persistent kernels above. On other GPUs (or a build without 9.0a), CUTLASS 2.x
+    mma.sync GEMMs with the same epilogue, tiles chosen by M: int8 on sm80+, fp8 on sm89+
+    (fp8 accumulation promoted to fp32 every mainloop stage). Older GPUs, or a build without
+    their arch, raise ``RuntimeError`` naming the arch. ``SGL_KERNEL_SCALED_MM_BACKEND=sm8x``
+    (or ``sm90``) forces one path. CUDA-graph capturable; split-K shapes allocate a small
     workspace from the caching allocator.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -25,7 +25,8 @@ ALL_FAMILIES = (
 
 # Python modules that wrap a compiled family; each defines FAMILY, OPS (op -> minimum
 # arch as 10 * major + minor, 0 for CPU ops) and self_checks(), and optionally OP_FAMILIES
-# (op -> the arch-specific part of the family holding its kernels, e.g. "gemm_sm90").
+# (op -> the arch-specific parts of the family holding its kernels, e.g. ("gemm_sm90",
+# "gemm_sm89"): the op has a kernel where any of them covers the device).
 FAMILY_MODULES = (
     "sgl_kernel.elementwise",
     "sgl_kernel.quantization",
@@ -106,11 +107,11 @@ def build_info() -> dict:
     device = _device()
     cc = device["capability"][0] * 10 + device["capability"][1] if device else None
 
-    op_family: Dict[str, str] = {}
+    op_family: Dict[str, Tuple[str, ...]] = {}
     op_min: Dict[str, int] = {}
     for mod in family_modules():
         for op, min_arch in mod.OPS.items():
-            op_family[op] = getattr(mod, "OP_FAMILIES", {}).get(op, mod.FAMILY)
+            op_family[op] = tuple(getattr(mod, "OP_FAMILIES", {}).get(op, (mod.FAMILY,)))
             op_min[op] = min_arch
 
     ops: Dict[str, bool] = {}
@@ -121,8 +122,7 @@ def build_info() -> dict:
         elif cc is None or fam is None:
             ops[op] = False if cc is None else archs_cover(cfg.archs, cc)
         else:
-            archs = family_archs.get(fam, [])
-            ops[op] = bool(archs) and cc >= op_min[op] and archs_cover(archs, cc)
+            ops[op] = cc >= op_min[op] and any(archs_cover(family_archs.get(f, []), cc) for f in fam)
 
     return {
         "version": __version__,

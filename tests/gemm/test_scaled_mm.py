@@ -5,6 +5,11 @@ cooperative), the Llama-3 / Qwen3 layer shapes, both output types, with and with
 strided mat_a, every forced configuration, CUDA-graph replay, opcheck, and the shape, layout
 and dtype errors.
 
+The `backend` fixture runs the shape tests twice on an sm90 GPU: with the dispatcher's own
+choice (the sm90a kernels) and with SGL_KERNEL_SCALED_MM_BACKEND=sm8x, the CUTLASS 2.x kernels
+that A100/L40/4090-class GPUs run (mma.sync runs on sm90 too). On other GPUs the dispatcher
+already picks those, and the forced run is skipped.
+
 Tolerance (ref_gemm.assert_scaled_mm_close), per element:
 ``|out - ref| <= u * |ref| + c * (|A| @ |B|) * sa * sb``, u = 2^-8 (bf16) / 2^-11 (fp16) for
 the output rounding, c = 2^-9 (fp8 fast accumulation) / 2^-22 (int8, exact accumulation).
@@ -44,17 +49,33 @@ ODD = [(1, 8, 16), (3, 24, 48), (5, 40, 4112), (33, 136, 272), (65, 264, 528), (
 KINDS = ("fp8", "int8")
 
 
+def _cc() -> int:
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
+
+
 def _sm90() -> bool:
-    return torch.cuda.get_device_capability() == (9, 0)
+    return _cc() == 90
 
 
 @pytest.fixture(autouse=True)
-def _need_sm90():
-    if not _sm90():
-        pytest.skip("fp8_scaled_mm / int8_scaled_mm have sm90a kernels only")
+def _need_kernels():
+    if _cc() < 80:
+        pytest.skip("int8_scaled_mm needs sm80+, fp8_scaled_mm sm89+")
+
+
+@pytest.fixture(params=("auto", "sm8x"))
+def backend(request, monkeypatch):
+    if request.param == "sm8x":
+        if not _sm90():
+            pytest.skip("the dispatcher already runs the sm8x kernels on this GPU (the auto run)")
+        monkeypatch.setenv("SGL_KERNEL_SCALED_MM_BACKEND", "sm8x")
+    return request.param
 
 
 def _inputs(kind, m, n, k, gen, bias_dtype=None):
+    if kind == "fp8" and _cc() < 89:
+        pytest.skip("fp8_scaled_mm needs fp8 tensor cores (sm89+)")
     if kind == "fp8":
         a, w = random_fp8((m, k), gen), random_fp8((n, k), gen)
     else:
@@ -81,7 +102,7 @@ def _check(kind, a, b, sa, sb, bias, out_dtype):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("m,n,k", CASES)
-def test_layer_shapes(kind, m, n, k, gen):
+def test_layer_shapes(kind, m, n, k, gen, backend):
     # alternate the output type and the bias over the cases instead of multiplying them
     i = CASES.index((m, n, k))
     out_dtype = OUT_DTYPES[i % 2]
@@ -93,13 +114,13 @@ def test_layer_shapes(kind, m, n, k, gen):
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES)
 @pytest.mark.parametrize("with_bias", (False, True))
 @pytest.mark.parametrize("m,n,k", ODD)
-def test_odd_sizes(kind, out_dtype, with_bias, m, n, k, gen):
+def test_odd_sizes(kind, out_dtype, with_bias, m, n, k, gen, backend):
     _check(kind, *_inputs(kind, m, n, k, gen, out_dtype if with_bias else None), out_dtype)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("m", (1, 16, 48, 100, 300))
-def test_strided_mat_a_and_scale_shapes(kind, m, gen):
+def test_strided_mat_a_and_scale_shapes(kind, m, gen, backend):
     """mat_a a column slice of a wider matrix (row stride != K), scales as [X, 1]."""
     n, k = 512, 1024
     a_wide, b, sa, sb, bias = _inputs(kind, m, n, k + 256, gen, torch.bfloat16)
@@ -113,6 +134,8 @@ def test_strided_mat_a_and_scale_shapes(kind, m, gen):
 def test_every_configuration(kind, gen, monkeypatch):
     """Every CUTLASS configuration, forced through the tuning variable, on shapes that give
     each one partial tiles in both directions, with and without split-K."""
+    if not _sm90():
+        pytest.skip("the forced configurations are the sm90a ones")
     names = [c for c in scaled_mm_config_names() if c.startswith(kind + "_")]
     assert names, "no configurations listed"
     for name in names:
@@ -126,7 +149,7 @@ def test_every_configuration(kind, gen, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_special_values(kind, gen):
+def test_special_values(kind, gen, backend):
     """Zero rows/columns give exactly the bias; negative scales flip signs."""
     m, n, k = 48, 256, 512
     a, b, sa, sb, bias = _inputs(kind, m, n, k, gen, torch.bfloat16)
@@ -139,7 +162,7 @@ def test_special_values(kind, gen):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_empty_m(kind, gen):
+def test_empty_m(kind, gen, backend):
     a, b, sa, sb, _ = _inputs(kind, 1, 64, 128, gen)
     out = _op(kind)(a[:0], b, sa[:0], sb, torch.bfloat16)
     assert out.shape == (0, 64)
@@ -147,7 +170,7 @@ def test_empty_m(kind, gen):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("m", (4, 200))
-def test_cuda_graph(kind, m, gen):
+def test_cuda_graph(kind, m, gen, backend):
     n, k = 1024, 2048
     a, b, sa, sb, bias = _inputs(kind, m, n, k, gen, torch.bfloat16)
     op = _op(kind)
@@ -166,7 +189,7 @@ def test_cuda_graph(kind, m, gen):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_opcheck(kind, gen):
+def test_opcheck(kind, gen, backend):
     a, b, sa, sb, bias = _inputs(kind, 24, 128, 256, gen, torch.float16)
     op = torch.ops.sgl_kernel.fp8_scaled_mm.default if kind == "fp8" else torch.ops.sgl_kernel.int8_scaled_mm.default
     opcheck_any_dtype(op, (a, b, sa, sb, torch.float16, bias))
@@ -216,3 +239,36 @@ def test_bad_inputs(kind, gen):
     with raises_op_error(name, "mat_a", "16-byte"):
         wide = _inputs(kind, 32, 64, 136, gen)[0]
         op(wide[:, 8:], b, sa, sb, bf)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sm8x_tiles_at_their_boundaries(kind, gen, monkeypatch):
+    """The CUTLASS 2.x path's three tiles around the M where its heuristic switches (32, 128,
+    and the 128-row tiles once they fill the SMs), with partial tiles in N and K."""
+    if not _sm90():
+        pytest.skip("on this GPU the auto runs of the other tests cover the sm8x tiles")
+    monkeypatch.setenv("SGL_KERNEL_SCALED_MM_BACKEND", "sm8x")
+    for m, n, k in ((32, 4104, 1040), (33, 1032, 4096), (128, 264, 272), (129, 8200, 528), (2000, 6152, 1552)):
+        for out_dtype in OUT_DTYPES:
+            try:
+                _check(kind, *_inputs(kind, m, n, k, gen, out_dtype), out_dtype)
+            except AssertionError as e:
+                raise AssertionError(f"m={m} n={n} k={k} {out_dtype}: {e}") from None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_backend_variable(kind, gen, monkeypatch):
+    """Both forced paths agree with each other, and a bad value names the variable."""
+    a, b, sa, sb, bias = _inputs(kind, 64, 512, 1024, gen, torch.float16)
+    outs = {}
+    for value in ("sm8x",) + (("sm90",) if _sm90() else ()):
+        monkeypatch.setenv("SGL_KERNEL_SCALED_MM_BACKEND", value)
+        outs[value] = _op(kind)(a, b, sa, sb, torch.float16, bias)
+        assert_scaled_mm_close(outs[value], scaled_mm_ref(a, b, sa, sb, bias), abs_matmul_bound(a, b, sa, sb),
+                               torch.float16, kind)
+    if kind == "int8" and len(outs) == 2:  # exact int32 sums and the same fp32 epilogue
+        torch.testing.assert_close(outs["sm8x"], outs["sm90"], rtol=0, atol=0)
+    monkeypatch.setenv("SGL_KERNEL_SCALED_MM_BACKEND", "sm70")
+    with raises_op_error(f"{kind}_scaled_mm", "SGL_KERNEL_SCALED_MM_BACKEND", "sm70"):
+        _op(kind)(a, b, sa, sb, torch.float16, bias)
+

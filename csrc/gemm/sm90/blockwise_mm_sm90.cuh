@@ -24,7 +24,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "gemm/gemm.h"
-#include "gemm/sm90/cutlass_run.cuh"
+#include "gemm/cutlass_run.cuh"
 
 namespace sgl_kernel::gemm::sm90 {
 

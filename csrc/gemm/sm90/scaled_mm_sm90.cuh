@@ -31,7 +31,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include "gemm/gemm.h"
-#include "gemm/sm90/cutlass_run.cuh"
+#include "gemm/cutlass_run.cuh"
 #include "gemm/sm90/scaled_mm_configs.h"
 
 namespace sgl_kernel::gemm::sm90 {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// One CUTLASS 3.x GEMM launch (GemmUniversalAdapter), shared by the scaled and blockwise GEMMs.
+// One CUTLASS GEMM launch through GemmUniversalAdapter (3.x kernels of sm90/ and 2.x kernels
+// of scaled_mm_sm8x.cuh alike).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,7 @@
 
 #include <cutlass/cutlass.h>
 
-namespace sgl_kernel::gemm::sm90 {
+namespace sgl_kernel::gemm {
 
 // With ws_bytes != nullptr, only store the workspace `args` needs. Otherwise launch on
 // `stream`: cudaErrorNotSupported when can_implement rejects the arguments (the binding names
@@ -33,4 +34,4 @@ cudaError_t run_cutlass_gemm(const typename Gemm::Arguments& args, void* workspa
   return cudaGetLastError();
 }
 
-}  // namespace sgl_kernel::gemm::sm90
+}  // namespace sgl_kernel::gemm

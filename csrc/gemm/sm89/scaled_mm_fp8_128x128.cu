@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+// fp8_scaled_mm, sm89+ (CUTLASS 2.x, mma.sync e4m3): 128x128x64 tiles, 8 warps of 64x32x64, 4 stages.
+#include "gemm/scaled_mm_sm8x.cuh"
+#include "gemm/scaled_mm_sm8x_configs.h"
+
+namespace sgl_kernel::gemm::sm8x {
+
+cudaError_t fp8_128x128(const ScaledMmParams& p, cudaStream_t stream) {
+  return run_out_types<cutlass::float_e4m3_t, cutlass::arch::Sm89, cutlass::gemm::GemmShape<128, 128, 64>,
+                       cutlass::gemm::GemmShape<64, 32, 64>, 4>(p, stream);
+}
+
+}  // namespace sgl_kernel::gemm::sm8x
