@@ -53,6 +53,12 @@ def time_us(fn, sets, calls=10, reps=15):
     return times[len(times) // 2]
 
 
+def _split_knob(name: str) -> bool:
+    """Configurations tuned by a split factor (split-K / cluster size) rather than a swizzle;
+    for the small_m and decode kernels a factor of 1 means their own choice."""
+    return any(tag in name for tag in ("swap", "small", "decode"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kind", default="fp8", choices=("fp8", "int8"))
@@ -100,12 +106,12 @@ def main():
             elif m > 16:
                 res["cublas"] = time_us(lambda a, b, sa, sb: torch._int_mm(a, b), sets)
             for name in names:
-                knobs = [(s, 0) for s in splits] if "swap" in name or "small" in name else [(1, z) for z in swizzles]
+                knobs = [(s, 0) for s in splits] if _split_knob(name) else [(1, z) for z in swizzles]
                 for s, z in knobs:
                     os.environ["SGL_KERNEL_SCALED_MM_CONFIG"] = name
                     os.environ["SGL_KERNEL_SCALED_MM_SPLITS"] = str(s)
                     os.environ["SGL_KERNEL_SCALED_MM_SWIZZLE"] = str(z)
-                    key = name + (f"/s{s}" if "swap" in name or "small" in name else (f"/z{z}" if z else ""))
+                    key = name + (f"/s{s}" if _split_knob(name) else (f"/z{z}" if z else ""))
                     try:
                         out = f(*sets[0]).float()
                         err = float((out - ref).abs().max() / ref.abs().max().clamp(min=1e-30))

@@ -111,7 +111,8 @@ _SCALED_MM_NOTES = """
         (``acc * scales_b * scales_a + bias``, the bias added with one fma) and one rounding.
 
     Kernels: on sm90a (H100/H200), CUTLASS 3.x warp-specialized GEMMs (TMA, wgmma) chosen by
-    M, N, K: a weight-streaming kernel or swapped A/B for decode ``M``, ping-pong and
+    M, N, K: weight-streaming kernels (mma.sync, or TMA + wgmma in the 8-bit type itself) or
+    swapped A/B for decode ``M``, ping-pong and
     cooperative persistent kernels above. On other GPUs (or a build without 9.0a), CUTLASS 2.x
     mma.sync GEMMs with the same epilogue, tiles chosen by M: int8 on sm80+, fp8 on sm89+
     (fp8 accumulation promoted to fp32 every mainloop stage). Older GPUs, or a build without

@@ -272,3 +272,26 @@ def test_backend_variable(kind, gen, monkeypatch):
     with raises_op_error(f"{kind}_scaled_mm", "SGL_KERNEL_SCALED_MM_BACKEND", "sm70"):
         _op(kind)(a, b, sa, sb, torch.float16, bias)
 
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", (64, 128))
+@pytest.mark.parametrize("m", (1, 5, 8, 9, 16, 17, 31, 32, 33, 63, 64))
+def test_decode_kernel(kind, rows, m, gen, monkeypatch):
+    """The TMA + wgmma decode kernels (64 or 128 weight rows per CTA), forced, at every token
+    count class (8 / 16 / 32 / 64 and the counts either side), with N off the row groups, K off
+    the 128-byte tiles, strided mat_a, cluster splits from none to 8, and bitwise-equal results
+    on a second call."""
+    if not _sm90():
+        pytest.skip("an sm90a kernel")
+    monkeypatch.setenv("SGL_KERNEL_SCALED_MM_CONFIG", f"{kind}_decode_{rows}")
+    for (n, k, splits) in ((4096, 4096, 0), (72, 144, 0), (1032, 2064, 3), (8, 16, 2), (264, 4112, 8), (520, 768, 1)):
+        monkeypatch.setenv("SGL_KERNEL_SCALED_MM_SPLITS", str(splits))
+        out_dtype = OUT_DTYPES[(m + n) % 2]
+        a_wide, b, sa, sb, bias = _inputs(kind, m, n, k + 32, gen, out_dtype if splits % 2 == 0 else None)
+        a, b = a_wide[:, 16:16 + k], b[:k]
+        try:
+            _check(kind, a, b, sa, sb, bias, out_dtype)
+            first = _op(kind)(a, b, sa, sb, out_dtype, bias)
+            assert torch.equal(first, _op(kind)(a, b, sa, sb, out_dtype, bias)), "not deterministic"
+        except AssertionError as e:
+            raise AssertionError(f"m={m} n={n} k={k} splits={splits}: {e}") from None

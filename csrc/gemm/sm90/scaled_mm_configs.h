@@ -48,5 +48,13 @@ cudaError_t int8_swap_128x64(const ScaledMmParams&, int, void*, size_t*, cudaStr
 // (at most 8); otherwise the kernel's own choice.
 cudaError_t fp8_small_m(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
 cudaError_t int8_small_m(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+// Not CUTLASS (scaled_mm_decode.cu): TMA weight streaming into wgmma in the inputs' own 8-bit
+// type, 64 or 128 weight rows x 8/16/32/64 tokens per CTA (larger M: more CTAs, each re-reading
+// W). No workspace. splits >= 2: K split over clusters of that many CTAs (at most 8);
+// otherwise the kernel's own choice (the largest split that runs in one wave).
+cudaError_t fp8_decode_64(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t fp8_decode_128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t int8_decode_64(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t int8_decode_128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
 
 }  // namespace sgl_kernel::gemm::sm90

@@ -33,6 +33,10 @@ constexpr Config kConfigs[] = {
     {"int8_swap_128x64", &sm90::int8_swap_128x64, false},
     {"fp8_small_m", &sm90::fp8_small_m, true},
     {"int8_small_m", &sm90::int8_small_m, false},
+    {"fp8_decode_64", &sm90::fp8_decode_64, true},
+    {"fp8_decode_128", &sm90::fp8_decode_128, true},
+    {"int8_decode_64", &sm90::int8_decode_64, false},
+    {"int8_decode_128", &sm90::int8_decode_128, false},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
@@ -61,6 +65,16 @@ Choice heuristic(const ScaledMmParams& p, bool fp8) {
   // 16-row groups fill the SMs where the 128-row tiles of the swap kernels cannot (N = K = 4096:
   // 6.9 / 7.7 / 9.3 us at M = 1 / 16 / 32 against 12.3 / 11.4 / 10.4 for fp8_swap_128x16). Its
   // activation re-reads grow with M, and past ~260 CTAs (N > 4096) a second wave costs more.
+  // The TMA + wgmma decode kernel (scaled_mm_decode.cu, its own cluster split) where it was the
+  // fastest in one sweep (by 2-18%; run-to-run noise is ~5%): N = 6144 at M <= 16 (fp8 11.0 / 11.1 / 12.0 us at
+  // M = 1 / 8 / 16 against 11.2 / 11.6 / 13.3 for small_m) and the deep-K down projection
+  // (N = 4096, K = 14336) at M = 32-48 (fp8 20.6 / 21.4 against 22.2 / 22.8) and, int8,
+  // M = 48-64 (21.6 / 22.3 against 26.2 / 25.9). Elsewhere it trails small_m by ~1 us of fixed
+  // cost (N = K = 4096, M = 1: 8.3 against 7.1-7.3 us).
+  if (p.n > 4096 && p.n <= 8192 && p.m <= 16) return {index_of(fp8 ? "fp8_decode_64" : "int8_decode_64"), 1, 0};
+  if (deep_k && p.n <= 4096 && p.m > 16 && p.m <= (fp8 ? 48 : 64) && (fp8 || p.k < (int64_t{1} << 17))) {
+    return {index_of(fp8 ? "fp8_decode_64" : "int8_decode_64"), 1, 0};
+  }
   if ((p.m <= 16 && p.n <= 8192) || (p.m <= 32 && p.n <= 4096)) {
     return {index_of(fp8 ? "fp8_small_m" : "int8_small_m"), 1, 0};
   }

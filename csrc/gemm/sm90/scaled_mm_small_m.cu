@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "gemm/gemm.h"
+#include "gemm/sm90/decode_common.cuh"
 #include "gemm/sm90/scaled_mm_configs.h"
 #include "sgl_kernel/mma.cuh"
 #include "sgl_kernel/vec.cuh"
@@ -111,18 +112,6 @@ __device__ __forceinline__ uint4 load_weight16(const uint64_t addr) {
   return *reinterpret_cast<const uint4*>(&v);
 }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(int32_t v) { return static_cast<float>(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-__device__ __forceinline__ void store_pair(__nv_bfloat16* p, float v0, float v1) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-}
-__device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
-  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
-}
-
 __device__ __forceinline__ uint32_t cluster_size() {
   uint32_t v;
   asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(v));
@@ -161,16 +150,12 @@ struct SmallM {
 };
 
 struct SmallMArgs {
-  const uint8_t* a;        // e4m3 / int8 [M, K], row stride lda
-  const uint8_t* w;        // e4m3 / int8 [N, K], row stride ldb
-  const float* scales_a;   // [M]
-  const float* scales_b;   // [N]
-  const void* bias;        // [N] in the output type, or nullptr
-  void* out;               // [M, N], row stride ldd
-  int m, n;
-  int steps;               // ceil(K / 64)
-  int pad;                 // 64 * steps - K, in {0, 16, 32, 48}
-  int64_t lda, ldb, ldd;
+  const uint8_t* a;  // e4m3 / int8 [M, K], row stride lda
+  const uint8_t* w;  // e4m3 / int8 [N, K], row stride ldb
+  DecodeOut o;       // out [M, N], scales, bias
+  int steps;         // ceil(K / 64)
+  int pad;           // 64 * steps - K, in {0, 16, 32, 48}
+  int64_t lda, ldb;
 };
 
 // grid = (ceil(N / kRows) * cs, ceil(M / kTokens)), block = kThreads, clusters of (cs, 1, 1).
@@ -207,11 +192,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) scaled_mm_smal
   for (int i = 0; i < kNT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = Acc(0);
 
   const int n_warp = row0 + 16 * wn;
-  if (n_warp < p.n && nsteps > 0) {
+  if (n_warp < p.o.n && nsteps > 0) {
     // N % 8 == 0: rows g are valid with n_warp, rows g + 8 with n_warp + 8 (else row g is read
     // again and the result not stored).
     const int r_lo = n_warp + g;
-    const int r_hi = n_warp + 8 < p.n ? r_lo + 8 : r_lo;
+    const int r_hi = n_warp + 8 < p.o.n ? r_lo + 8 : r_lo;
     // Byte addresses (integers: k_first < 0 is no pointer) of this lane's 16 bytes in the slice's
     // first step, advanced one group of kStages steps at a time. k_first < 0 only in the first
     // step of all (lanes t < pad / 16).
@@ -221,7 +206,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) scaled_mm_smal
     uint64_t a_row[kNT];
 #pragma unroll
     for (int i = 0; i < kNT; ++i) {
-      const int64_t tok = min(m0 + 8 * i + g, p.m - 1);
+      const int64_t tok = min(m0 + 8 * i + g, p.o.m - 1);
       a_row[i] = reinterpret_cast<uintptr_t>(p.a) + static_cast<uint64_t>(tok * p.lda + k_first);
     }
 
@@ -310,35 +295,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) scaled_mm_smal
     __syncthreads();
   }
 
-  // Each CTA of the cluster finishes a share of the [tokens, kRows] block, two rows per thread,
-  // adding the partial sums in a fixed order (cluster rank, then K slice).
-  const int tokens = min(kTokens, p.m - m0);
-  constexpr int kPairs = kRows / 2;
-  const auto* bias = static_cast<const TOut*>(p.bias);
-  auto* out = static_cast<TOut*>(p.out);
-  for (int e = rank * Cfg::kThreads + static_cast<int>(threadIdx.x); e < tokens * kPairs;
-       e += cs * Cfg::kThreads) {
-    const int tok = e / kPairs;
-    const int r = 2 * (e % kPairs);
-    const int n = row0 + r;
-    if (n >= p.n) continue;
-    Acc s0 = Acc(0), s1 = Acc(0);
-    for (int q = 0; q < cs; ++q) {
-      const Acc* src = cs > 1 ? cg::this_cluster().map_shared_rank(partial, q) : partial;
-#pragma unroll
-      for (int j = 0; j < Cfg::kWarpsK; ++j) {
-        const Acc* v = src + (j * kTokens + tok) * kRowStride + r;
-        s0 += v[0];
-        s1 += v[1];
-      }
-    }
-    const float sa = p.scales_a[m0 + tok];
-    const float b0 = bias != nullptr ? to_float(bias[n]) : 0.f;
-    const float b1 = bias != nullptr ? to_float(bias[n + 1]) : 0.f;
-    const float v0 = fmaf(to_float(s0) * p.scales_b[n], sa, b0);
-    const float v1 = fmaf(to_float(s1) * p.scales_b[n + 1], sa, b1);
-    store_pair(out + static_cast<int64_t>(m0 + tok) * p.ldd + n, v0, v1);
-  }
+  // Each CTA of the cluster finishes a share of the [tokens, kRows] block.
+  store_cluster_sums<Acc, TOut, Cfg::kWarpsK, kTokens, kRows, kRowStride, Cfg::kThreads>(partial, cs, rank, p.o, m0,
+                                                                                      row0);
   if (cs > 1) cg::this_cluster().sync();  // the cluster's CTAs are done reading this one's partials
 }
 
@@ -366,17 +325,11 @@ cudaError_t launch_cfg(const ScaledMmParams& p, int splits, cudaStream_t stream)
   SmallMArgs args;
   args.a = static_cast<const uint8_t*>(p.a);
   args.w = static_cast<const uint8_t*>(p.b);
-  args.scales_a = p.scales_a;
-  args.scales_b = p.scales_b;
-  args.bias = p.bias;
-  args.out = p.out;
-  args.m = static_cast<int>(p.m);
-  args.n = static_cast<int>(p.n);
+  args.o = DecodeOut::of(p);
   args.steps = steps;
   args.pad = static_cast<int>(static_cast<int64_t>(steps) * kStepK - p.k);
   args.lda = p.lda;
   args.ldb = p.ldb;
-  args.ldd = p.ldd;
 
   auto* kernel = scaled_mm_small_m_kernel<Cfg, TOut>;
   cudaLaunchConfig_t config = {};
@@ -384,15 +337,8 @@ cudaError_t launch_cfg(const ScaledMmParams& p, int splits, cudaStream_t stream)
   config.blockDim = dim3(Cfg::kThreads, 1, 1);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
-  cudaLaunchAttribute attrs[1];
-  if (cs > 1) {
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = static_cast<unsigned>(cs);
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
-    config.attrs = attrs;
-    config.numAttrs = 1;
-  }
+  cudaLaunchAttribute attr;
+  if (cs > 1) set_cluster_dim(config, attr, cs);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
@@ -426,11 +372,7 @@ cudaError_t run_small_m(const ScaledMmParams& p, int splits, void* /*workspace*/
     *ws_bytes = 0;
     return cudaSuccess;
   }
-  if (p.m < 0 || p.n < 0 || p.k < 0 || p.n % 8 != 0 || p.k % 16 != 0 || p.lda % 16 != 0 || p.ldb % 16 != 0 ||
-      p.ldd % 2 != 0 || !is_aligned16(p.a) || !is_aligned16(p.b) || (reinterpret_cast<uintptr_t>(p.out) & 3) != 0 ||
-      p.n > INT32_MAX / 2 || p.m > INT32_MAX / 2 || (kInt8 && p.k >= (int64_t{1} << 17))) {
-    return cudaErrorNotSupported;
-  }
+  if (!decode_shape_ok(p, kInt8)) return cudaErrorNotSupported;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   // The dispatcher passes 1 unless it chose a split itself; then the tuning variable decides
   // (0 or 1: the kernel's choice).
