@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Sweep of the fp8_scaled_mm / int8_scaled_mm configurations: every CUTLASS configuration
-(and split-K factor for the swap A/B ones) on each shape, timed in a CUDA graph over rotating
+(and cluster split of K for the small_m / decode kernels) on each shape, timed in a CUDA graph over rotating
 inputs, next to cuBLAS and the configuration the heuristic picks. The heuristic in
 csrc/gemm/sm90/scaled_mm_dispatch.cu comes from this table.
 
@@ -54,9 +54,9 @@ def time_us(fn, sets, calls=10, reps=15):
 
 
 def _split_knob(name: str) -> bool:
-    """Configurations tuned by a split factor (split-K / cluster size) rather than a swizzle;
-    for the small_m and decode kernels a factor of 1 means their own choice."""
-    return any(tag in name for tag in ("swap", "small", "decode"))
+    """Configurations tuned by a split factor (their cluster split of K) rather than a swizzle;
+    a factor of 1 means their own choice."""
+    return any(tag in name for tag in ("small", "decode"))
 
 
 def main():
@@ -67,8 +67,8 @@ def main():
     ap.add_argument("--ms", default=None, help="comma-separated M values")
     ap.add_argument("--nk", default=None, help="N:K pairs, comma-separated, e.g. 4096:4096,28672:4096")
     ap.add_argument("--configs", default=None, help="comma-separated configuration names (default: all of --kind)")
-    ap.add_argument("--swizzles", default="0", help="comma-separated swizzle values for the non-swap configs")
-    ap.add_argument("--splits", default=None, help="comma-separated split-K factors for the swap configs")
+    ap.add_argument("--swizzles", default="0", help="comma-separated swizzle values for the CUTLASS configs")
+    ap.add_argument("--splits", default=None, help="comma-separated split factors for the small_m / decode configs")
     args = ap.parse_args()
     names = [c for c in scaled_mm_config_names() if c.startswith(args.kind + "_")]
     if args.configs:

@@ -34,6 +34,10 @@ struct ScaledMmParams {
   int config = -1;
   int splits = 0;
   int swizzle = 0;  // SGL_KERNEL_SCALED_MM_SWIZZLE: the persistent scheduler's max swizzle (1, 2, 4, 8)
+  // Programmatic dependent launch (sm90: small_m, decode, swap A/B, and the CUTLASS kernels
+  // whose grid leaves half the SMs free): they may start while the previous kernel in the
+  // stream runs, and wait for it before any global read.
+  bool enable_pdl = false;
 };
 
 // The configurations' names, "fp8_coop_128x256", ..., as one comma-separated string, and the

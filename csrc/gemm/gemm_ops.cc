@@ -179,6 +179,7 @@ at::Tensor scaled_mm(const char* op, bool fp8, const at::Tensor& mat_a, const at
   p.out_type = ot;
   p.sm_count = device_sm_count(mat_a.get_device());
   if (sm90) {
+    p.enable_pdl = pdl_supported(mat_a);
     apply_tuning_env(op, p);
     if constexpr (kBuiltSm90) {
       if (fp8) {

@@ -117,8 +117,9 @@ _SCALED_MM_NOTES = """
     mma.sync GEMMs with the same epilogue, tiles chosen by M: int8 on sm80+, fp8 on sm89+
     (fp8 accumulation promoted to fp32 every mainloop stage). Older GPUs, or a build without
     their arch, raise ``RuntimeError`` naming the arch. ``SGL_KERNEL_SCALED_MM_BACKEND=sm8x``
-    (or ``sm90``) forces one path. CUDA-graph capturable; split-K shapes allocate a small
-    workspace from the caching allocator.
+    (or ``sm90``) forces one path. CUDA-graph capturable. On sm90 the decode-``M`` kernels use
+    programmatic dependent launch (they start while the previous kernel finishes and wait for
+    it before reading; ``SGL_KERNEL_DISABLE_PDL=1`` turns that off).
 """
 
 

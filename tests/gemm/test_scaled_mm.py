@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """fp8_scaled_mm and int8_scaled_mm (API.md 2.3) against the fp32 reference of ref_gemm.py
-on random 8-bit data: every M class the dispatcher distinguishes (swap A/B split-K, ping-pong,
+on random 8-bit data: every M class the dispatcher distinguishes (decode kernels, swap A/B, ping-pong,
 cooperative), the Llama-3 / Qwen3 layer shapes, both output types, with and without bias,
 strided mat_a, every forced configuration, CUDA-graph replay, opcheck, and the shape, layout
 and dtype errors.
@@ -133,7 +133,8 @@ def test_strided_mat_a_and_scale_shapes(kind, m, gen, backend):
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_configuration(kind, gen, monkeypatch):
     """Every CUTLASS configuration, forced through the tuning variable, on shapes that give
-    each one partial tiles in both directions, with and without split-K."""
+    each one partial tiles in both directions, with and without a forced split (the cluster
+    split of K of the small_m / decode kernels; the CUTLASS ones ignore it)."""
     if not _sm90():
         pytest.skip("the forced configurations are the sm90a ones")
     names = [c for c in scaled_mm_config_names() if c.startswith(kind + "_")]

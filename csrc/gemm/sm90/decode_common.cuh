@@ -28,14 +28,24 @@ inline bool decode_shape_ok(const ScaledMmParams& p, bool int8) {
          p.n <= INT32_MAX / 2 && p.m <= INT32_MAX / 2 && p.k <= INT32_MAX / 2 && !(int8 && p.k >= (int64_t{1} << 17));
 }
 
-// Launch `config` in clusters of (cs, 1, 1) CTAs; attr must outlive the launch.
-inline void set_cluster_dim(cudaLaunchConfig_t& config, cudaLaunchAttribute& attr, int cs) {
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(cs);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+// Launch `config` in clusters of (cs, 1, 1) CTAs when cs > 1, and with programmatic dependent
+// launch when pdl (the kernel then calls SGL_PDL_WAIT() before it reads any input); attrs must
+// outlive the launch.
+inline void set_launch_attrs(cudaLaunchConfig_t& config, cudaLaunchAttribute (&attrs)[2], int cs, bool pdl) {
+  config.attrs = attrs;
+  config.numAttrs = 0;
+  if (cs > 1) {
+    cudaLaunchAttribute& a = attrs[config.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = static_cast<unsigned>(cs);
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+  }
+  if (pdl) {
+    cudaLaunchAttribute& a = attrs[config.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
 }
 
 __device__ __forceinline__ float to_float(float v) { return v; }

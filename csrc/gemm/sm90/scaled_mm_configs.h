@@ -5,8 +5,8 @@
 // in seconds.
 //
 // Every entry point: with ws_bytes != nullptr, store the workspace the launch needs and return;
-// otherwise launch on `stream` with `workspace` (splits: the split-K factor of the split-K
-// configurations, ignored by the others).
+// otherwise launch on `stream` with `workspace` (splits: the cluster split of K of the small_m
+// and decode kernels, ignored by the CUTLASS configurations).
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,10 @@ cudaError_t fp8_pingpong_64x128(const ScaledMmParams&, int, void*, size_t*, cuda
 // Ping-pong 64x256x128 and cooperative 256x128x128 (1x2 clusters): large M.
 cudaError_t fp8_pingpong_64x256(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
 cudaError_t fp8_coop_256x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
-// Swap A/B, split-K: out^T tiles of 128 weight rows x 16/32/64 activation rows, M <= 64.
+// Swap A/B: out^T tiles of 128 weight rows x 16/32/64 activation rows, M <= 128, on the
+// persistent scheduler. (Session 4 had them on the stream-K scheduler for split-K; split-K
+// never won a sweep, and this CUTLASS's stream-K scheduler does not compile with
+// CUTLASS_ENABLE_GDC_FOR_SM90, which PDL needs.)
 cudaError_t fp8_swap_128x16(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
 cudaError_t fp8_swap_128x32(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
 cudaError_t fp8_swap_128x64(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);

@@ -38,6 +38,7 @@
 #include "gemm/sm90/decode_common.cuh"
 #include "gemm/sm90/scaled_mm_configs.h"
 #include "gemm/sm90/wgmma8.cuh"
+#include "sgl_kernel/arch.cuh"
 
 namespace sgl_kernel::gemm::sm90 {
 
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(DecodeLayout<kNT, kWG>::kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  SGL_PDL_WAIT();  // launched with PDL: the previous kernel's outputs (our inputs) are complete
 
   Acc acc[Mma::kRegs];
 #pragma unroll
@@ -189,6 +191,7 @@ __global__ void __launch_bounds__(DecodeLayout<kNT, kWG>::kThreads, 1)
     wgmma_wait<0>();
   }
   __syncthreads();  // every tile consumed: the weight stages are free for the partial sums
+  SGL_PDL_LAUNCH_DEPENDENTS();  // the next kernel may start its prologue (it waits for our end)
 
   // Accumulator 4j + {0, 1}: row 16 w + g, tokens 8j + 2t + {0, 1}; 4j + {2, 3}: row + 8.
   Acc* partial = reinterpret_cast<Acc*>(smem + L::kW);
@@ -261,8 +264,8 @@ int active_clusters(Kernel kernel, int threads, int smem, int cs) {
   config.gridDim = dim3(static_cast<uint32_t>(cs), 1, 1);
   config.blockDim = dim3(static_cast<uint32_t>(threads), 1, 1);
   config.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute attr;
-  set_cluster_dim(config, attr, cs);
+  cudaLaunchAttribute attrs[2];
+  set_launch_attrs(config, attrs, cs, false);
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -306,8 +309,8 @@ cudaError_t launch_nt(const ScaledMmParams& p, int splits, cudaStream_t stream) 
   config.blockDim = dim3(L::kThreads, 1, 1);
   config.dynamicSmemBytes = L::kDynamic;
   config.stream = stream;
-  cudaLaunchAttribute attr;
-  set_cluster_dim(config, attr, cs);
+  cudaLaunchAttribute attrs[2];
+  set_launch_attrs(config, attrs, cs, p.enable_pdl);
   err = cudaLaunchKernelEx(&config, kernel, map_w, map_a, args);
   return err != cudaSuccess ? err : cudaGetLastError();
 }

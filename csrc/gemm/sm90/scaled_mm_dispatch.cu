@@ -49,8 +49,8 @@ int index_of(const char* name) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// What runs: a configuration, the split-K factor of the swap ones, the scheduler's swizzle of
-// the persistent ones. Tuning variables (ScaledMmParams::config/splits/swizzle) override.
+// What runs: a configuration, the cluster split of the small_m / decode kernels (1: their
+// own choice), the scheduler's swizzle of the CUTLASS ones. Tuning variables (ScaledMmParams::config/splits/swizzle) override.
 struct Choice {
   int config;
   int splits;
@@ -86,8 +86,8 @@ Choice heuristic(const ScaledMmParams& p, bool fp8) {
     }
     return {index_of("int8_coop_128x256"), 1, 2};
   }
-  // Swap A/B without split (split-K's workspace clearing and reduction cost more than the
-  // fuller grid gains: 12.3 vs 13.7 us at M = 1, N = K = 4096).
+  // Swap A/B (split-K cost more than the fuller grid gained: 12.3 vs 13.7 us at M = 1,
+  // N = K = 4096, session 4).
   if (p.m <= 32) return {index_of(wide_n && p.m > 16 ? "fp8_swap_128x32" : "fp8_swap_128x16"), 1, 0};
   if (p.m <= 64) return {index_of(p.n <= 4096 ? "fp8_swap_128x16" : "fp8_pingpong_64x128"), 1, 0};
   if (p.m <= 128 && p.n <= 4096) return {index_of("fp8_swap_128x32"), 1, 0};

@@ -8,7 +8,7 @@ namespace {
 template <typename ElementD>
 using Kernel = ScaledMmKernel<cutlass::float_e4m3_t, ElementD, cute::Shape<cute::_128, cute::_256, cute::_128>,
                               cute::Shape<cute::_2, cute::_1, cute::_1>, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
-                              cutlass::epilogue::TmaWarpSpecializedCooperative, false, void>;
+                              cutlass::epilogue::TmaWarpSpecializedCooperative, false>;
 }  // namespace
 
 cudaError_t fp8_coop_128x256(const ScaledMmParams& p, int splits, void* workspace, size_t* ws_bytes, cudaStream_t stream) {

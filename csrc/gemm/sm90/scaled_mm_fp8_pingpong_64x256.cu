@@ -8,7 +8,7 @@ namespace {
 template <typename ElementD>
 using Kernel = ScaledMmKernel<cutlass::float_e4m3_t, ElementD, cute::Shape<cute::_64, cute::_256, cute::_128>,
                               cute::Shape<cute::_1, cute::_1, cute::_1>, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
-                              cutlass::epilogue::TmaWarpSpecialized, false, void>;
+                              cutlass::epilogue::TmaWarpSpecialized, false>;
 }  // namespace
 
 cudaError_t fp8_pingpong_64x256(const ScaledMmParams& p, int splits, void* workspace, size_t* ws_bytes, cudaStream_t stream) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// int8_scaled_mm, sm90a: swap A/B with split-K, 128 weight rows x 32 activation rows per tile (decode M).
+// int8_scaled_mm, sm90a: swap A/B, 128 weight rows x 32 activation rows per tile (decode M).
 #include "gemm/sm90/scaled_mm_sm90.cuh"
 
 namespace sgl_kernel::gemm::sm90 {
@@ -8,7 +8,7 @@ namespace {
 template <typename ElementD>
 using Kernel = ScaledMmKernel<int8_t, ElementD, cute::Shape<cute::_128, cute::_32, cute::_128>,
                               cute::Shape<cute::_1, cute::_1, cute::_1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                              cutlass::epilogue::TmaWarpSpecializedCooperative, true, cutlass::gemm::StreamKScheduler>;
+                              cutlass::epilogue::TmaWarpSpecializedCooperative, true>;
 }  // namespace
 
 cudaError_t int8_swap_128x32(const ScaledMmParams& p, int splits, void* workspace, size_t* ws_bytes, cudaStream_t stream) {

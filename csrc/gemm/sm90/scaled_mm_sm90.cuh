@@ -37,7 +37,7 @@
 namespace sgl_kernel::gemm::sm90 {
 
 template <typename ElementAB_, typename ElementD_, typename TileShape_, typename ClusterShape_,
-          typename MainloopSchedule_, typename EpilogueSchedule_, bool kSwapAB_, typename TileScheduler_ = void>
+          typename MainloopSchedule_, typename EpilogueSchedule_, bool kSwapAB_>
 struct ScaledMmKernel {
   using ElementAB = ElementAB_;
   using ElementD = ElementD_;
@@ -83,11 +83,10 @@ struct ScaledMmKernel {
       MainloopSchedule_>::CollectiveOp;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue, TileScheduler_>;
+                                                          CollectiveEpilogue, void>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-  static constexpr bool kSplitK = std::is_same_v<TileScheduler_, cutlass::gemm::StreamKScheduler>;
 
-  static typename Gemm::Arguments arguments(const ScaledMmParams& p, int splits) {
+  static typename Gemm::Arguments arguments(const ScaledMmParams& p) {
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
     using StrideD = typename GemmKernel::StrideD;
@@ -122,18 +121,28 @@ struct ScaledMmKernel {
     args.hw_info.sm_count = p.sm_count;
     // Tiles visited in groups of `swizzle` along the rasterized dimension (L2 reuse).
     args.scheduler.max_swizzle_size = p.swizzle > 0 ? p.swizzle : 1;
-    if constexpr (kSplitK) {
-      args.scheduler.splits = splits;
-      args.scheduler.decomposition_mode =
-          cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode::SplitK;
-    }
     return args;
   }
 
+  // Whether to launch with PDL (the load warps wait for the previous kernel:
+  // CUTLASS_ENABLE_GDC_FOR_SM90): the swap A/B (decode) kernels, and the others when their tiles
+  // leave half the SMs free for the next call's CTAs. On an H200, PDL took fp8 M = 64 / 128,
+  // N = K = 4096 (swap) from 9.15 / 9.07 to 8.11 / 8.26 us and int8 M = 64 / 128 (ping-pong,
+  // 32 / 64 tiles) from 9.83 / 9.76 to 8.34 / 8.58; on grids that fill the SMs the next call's
+  // CTAs crowd the persistent ones (int8 M = 256, N = 4096, K = 14336, 128 tiles: 28.2 -> 32.9;
+  // M = 128, N = 28672: 39.1 -> 42.8 us).
+  static bool use_pdl(const ScaledMmParams& p) {
+    if (!p.enable_pdl) return false;
+    if constexpr (kSwapAB) return true;
+    const int64_t tm = cute::size<0>(TileShape{}), tn = cute::size<1>(TileShape{});
+    const int64_t tiles = ((p.m + tm - 1) / tm) * ((p.n + tn - 1) / tn);
+    return 2 * tiles <= p.sm_count;
+  }
+
   // ws_bytes != nullptr: only report the workspace size.
-  static cudaError_t run(const ScaledMmParams& p, int splits, void* workspace, size_t* ws_bytes,
+  static cudaError_t run(const ScaledMmParams& p, int /*splits: none*/, void* workspace, size_t* ws_bytes,
                          cudaStream_t stream) {
-    return run_cutlass_gemm<Gemm>(arguments(p, splits), workspace, ws_bytes, stream);
+    return run_cutlass_gemm<Gemm>(arguments(p), workspace, ws_bytes, stream, use_pdl(p));
   }
 };
 

@@ -45,6 +45,7 @@
 #include "gemm/gemm.h"
 #include "gemm/sm90/decode_common.cuh"
 #include "gemm/sm90/scaled_mm_configs.h"
+#include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/mma.cuh"
 #include "sgl_kernel/vec.cuh"
 
@@ -187,6 +188,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) scaled_mm_smal
   const int begin = static_cast<int>(static_cast<int64_t>(p.steps) * slice / slices);
   const int nsteps = static_cast<int>(static_cast<int64_t>(p.steps) * (slice + 1) / slices) - begin;
 
+  SGL_PDL_WAIT();  // launched with PDL: the previous kernel's outputs (our inputs) are complete
+
   Acc acc[kNT][4];
 #pragma unroll
   for (int i = 0; i < kNT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = Acc(0);
@@ -276,6 +279,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) scaled_mm_smal
     }
   }
 
+  SGL_PDL_LAUNCH_DEPENDENTS();  // the next kernel may start its prologue (it waits for our end)
+
   // Accumulator (i, 0..1): row g, tokens 8 i + 2t, 8 i + 2t + 1; (i, 2..3): row g + 8.
   {
     Acc* mine = partial + wk * kTokens * kRowStride;
@@ -337,8 +342,8 @@ cudaError_t launch_cfg(const ScaledMmParams& p, int splits, cudaStream_t stream)
   config.blockDim = dim3(Cfg::kThreads, 1, 1);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
-  cudaLaunchAttribute attr;
-  if (cs > 1) set_cluster_dim(config, attr, cs);
+  cudaLaunchAttribute attrs[2];
+  set_launch_attrs(config, attrs, cs, p.enable_pdl);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
