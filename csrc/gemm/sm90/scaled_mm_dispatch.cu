@@ -66,17 +66,28 @@ Choice heuristic(const ScaledMmParams& p, bool fp8) {
   // 6.9 / 7.7 / 9.3 us at M = 1 / 16 / 32 against 12.3 / 11.4 / 10.4 for fp8_swap_128x16). Its
   // activation re-reads grow with M, and past ~260 CTAs (N > 4096) a second wave costs more.
   // The TMA + wgmma decode kernel (scaled_mm_decode.cu, its own cluster split) where it was the
-  // fastest in one sweep (by 2-18%; run-to-run noise is ~5%): N = 6144 at M <= 16 (fp8 11.0 / 11.1 / 12.0 us at
-  // M = 1 / 8 / 16 against 11.2 / 11.6 / 13.3 for small_m) and the deep-K down projection
-  // (N = 4096, K = 14336) at M = 32-48 (fp8 20.6 / 21.4 against 22.2 / 22.8) and, int8,
-  // M = 48-64 (21.6 / 22.3 against 26.2 / 25.9). Elsewhere it trails small_m by ~1 us of fixed
-  // cost (N = K = 4096, M = 1: 8.3 against 7.1-7.3 us).
-  if (p.n > 4096 && p.n <= 8192 && p.m <= 16) return {index_of(fp8 ? "fp8_decode_64" : "int8_decode_64"), 1, 0};
+  // fastest in one sweep without PDL (by 2-18%; run-to-run noise is ~5%): the deep-K down
+  // projection (N = 4096, K = 14336) at M = 32-48 (fp8 20.6 / 21.4 us against 22.2 / 22.8) and,
+  // int8, M = 48-64 (21.6 / 22.3 against 26.2 / 25.9), and for int8 N = 6144 at M <= 16. At
+  // N = K = 4096 it trails small_m by ~1 us of fixed cost (M = 1: 8.3 against 7.1-7.3 us).
   if (deep_k && p.n <= 4096 && p.m > 16 && p.m <= (fp8 ? 48 : 64) && (fp8 || p.k < (int64_t{1} << 17))) {
     return {index_of(fp8 ? "fp8_decode_64" : "int8_decode_64"), 1, 0};
   }
-  if ((p.m <= 16 && p.n <= 8192) || (p.m <= 32 && p.n <= 4096)) {
-    return {index_of(fp8 ? "fp8_small_m" : "int8_small_m"), 1, 0};
+  if (fp8) {
+    // With PDL (session 6, fp8 sweep with every decode kernel launched with it) the swap
+    // kernels took over where small_m's re-reads or second wave cost more: N = 4096 at
+    // M = 32 / 48 / 64 swap_128x32 8.20 / 7.95 / 7.93 us against small_m 8.58 and swap_128x16
+    // 8.68 / 9.07; N = 6144 at M = 1 / 16 swap_128x16 9.75 / 9.86 against decode_64 10.77 /
+    // 11.39 and small_m 10.61 / 12.71, at M = 32-64 swap_128x32 9.49-10.46 against 10.40-11.32.
+    if (p.m <= 16 && p.n <= 4096) return {index_of("fp8_small_m"), 1, 0};
+    if (p.n <= 8192 && !deep_k) {
+      if (p.m <= 16) return {index_of("fp8_swap_128x16"), 1, 0};
+      if (p.m <= 64) return {index_of("fp8_swap_128x32"), 1, 0};
+    }
+    if (p.m <= 16 && p.n <= 8192) return {index_of("fp8_small_m"), 1, 0};  // deep K: not swept with PDL
+  } else {
+    if (p.n > 4096 && p.n <= 8192 && p.m <= 16) return {index_of("int8_decode_64"), 1, 0};
+    if ((p.m <= 16 && p.n <= 8192) || (p.m <= 32 && p.n <= 4096)) return {index_of("int8_small_m"), 1, 0};
   }
   if (!fp8) {
     if (p.m <= 32) return {index_of("int8_swap_128x32"), 1, 0};
