@@ -68,27 +68,27 @@ Choice heuristic(const ScaledMmParams& p, bool fp8) {
   // The TMA + wgmma decode kernel (scaled_mm_decode.cu, its own cluster split) where it was the
   // fastest in one sweep without PDL (by 2-18%; run-to-run noise is ~5%): the deep-K down
   // projection (N = 4096, K = 14336) at M = 32-48 (fp8 20.6 / 21.4 us against 22.2 / 22.8) and,
-  // int8, M = 48-64 (21.6 / 22.3 against 26.2 / 25.9), and for int8 N = 6144 at M <= 16. At
-  // N = K = 4096 it trails small_m by ~1 us of fixed cost (M = 1: 8.3 against 7.1-7.3 us).
+  // int8, M = 48-64 (21.6 / 22.3 against 26.2 / 25.9). At N = K = 4096 it trails small_m by
+  // ~1 us of fixed cost (M = 1: 8.3 against 7.1-7.3 us).
   if (deep_k && p.n <= 4096 && p.m > 16 && p.m <= (fp8 ? 48 : 64) && (fp8 || p.k < (int64_t{1} << 17))) {
     return {index_of(fp8 ? "fp8_decode_64" : "int8_decode_64"), 1, 0};
   }
-  if (fp8) {
-    // With PDL (session 6, fp8 sweep with every decode kernel launched with it) the swap
-    // kernels took over where small_m's re-reads or second wave cost more: N = 4096 at
-    // M = 32 / 48 / 64 swap_128x32 8.20 / 7.95 / 7.93 us against small_m 8.58 and swap_128x16
-    // 8.68 / 9.07; N = 6144 at M = 1 / 16 swap_128x16 9.75 / 9.86 against decode_64 10.77 /
-    // 11.39 and small_m 10.61 / 12.71, at M = 32-64 swap_128x32 9.49-10.46 against 10.40-11.32.
-    if (p.m <= 16 && p.n <= 4096) return {index_of("fp8_small_m"), 1, 0};
-    if (p.n <= 8192 && !deep_k) {
-      if (p.m <= 16) return {index_of("fp8_swap_128x16"), 1, 0};
-      if (p.m <= 64) return {index_of("fp8_swap_128x32"), 1, 0};
-    }
-    if (p.m <= 16 && p.n <= 8192) return {index_of("fp8_small_m"), 1, 0};  // deep K: not swept with PDL
-  } else {
-    if (p.n > 4096 && p.n <= 8192 && p.m <= 16) return {index_of("int8_decode_64"), 1, 0};
-    if ((p.m <= 16 && p.n <= 8192) || (p.m <= 32 && p.n <= 4096)) return {index_of("int8_small_m"), 1, 0};
+  // With PDL (session 6 sweeps, every decode kernel launched with it) the swap kernels took
+  // over where small_m's re-reads or second wave cost more. fp8: N = 4096 at M = 32 / 48 / 64
+  // swap_128x32 8.20 / 7.95 / 7.93 us against small_m 8.58 and swap_128x16 8.68 / 9.07;
+  // N = 6144 at M = 1 / 16 swap_128x16 9.75 / 9.86 against decode_64 10.77 / 11.39 and
+  // small_m 10.61 / 12.71, at M = 32-64 swap_128x32 9.49-10.46 against 10.40-11.32. int8:
+  // N = 4096 at M = 48 / 64 swap_128x32 7.91 / 7.92 against ping-pong 8.94 / 8.88 (M = 32: a
+  // tie with small_m, 8.18 / 8.22); N = 6144 at M = 1 / 16 / 32 swap_128x32 10.28 / 9.92 / 9.53
+  // against decode_64 10.80 / 11.44 and small_m 10.89 / 11.87 / 14.18, at M = 48 / 64
+  // swap_128x64 10.34 / 10.23 against 10.85 / 10.59 for swap_128x32.
+  const char* small_m = fp8 ? "fp8_small_m" : "int8_small_m";
+  if (p.m <= 16 && p.n <= 4096) return {index_of(small_m), 1, 0};
+  if (p.n <= 8192 && !deep_k && p.m <= 64) {
+    if (fp8) return {index_of(p.m <= 16 ? "fp8_swap_128x16" : "fp8_swap_128x32"), 1, 0};
+    return {index_of(p.n <= 4096 || p.m <= 32 ? "int8_swap_128x32" : "int8_swap_128x64"), 1, 0};
   }
+  if (p.m <= 16 && p.n <= 8192) return {index_of(small_m), 1, 0};  // deep K: not swept with PDL
   if (!fp8) {
     if (p.m <= 32) return {index_of("int8_swap_128x32"), 1, 0};
     if (p.m <= 256) return {index_of("int8_pingpong_64x128"), 1, 2};
