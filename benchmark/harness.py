@@ -10,8 +10,10 @@ How a call is timed (every provider, every case):
 
 * Warm-up: three calls (the first one compiles a ``torch.compile`` provider; its wall time
   is reported as compile time), then one output is checked against the bench's reference.
-* A CUDA graph captures N back-to-back calls; the graph is replayed R times, each replay
-  between two CUDA events; the reported time is the median replay time / N. The graph takes
+* A CUDA graph captures N back-to-back calls; the graph is replayed untimed for ~200 ms (so
+  that every provider is timed at the clock the GPU settles at under its load, not at the
+  boost clock of an idle one), then R times, each replay between two CUDA events; the
+  reported time is the median replay time / N. The graph takes
   launch overhead out of the numbers, which matters for decode shapes (DESIGN.md 9: "T=1..128
   in a CUDA graph <= 2 us") and is harmless for the large ones.
 * L2: a case whose bytes fit four times into L2 is timed hot ("hot": the same inputs every
@@ -231,9 +233,17 @@ def _capture(fn: Callable, sets: Sequence[Tuple], calls: int) -> "torch.cuda.CUD
     return graph
 
 
-def _time_replays(replay: Callable[[], None], reps: int) -> List[float]:
-    """Milliseconds of each of ``reps`` back-to-back replays, by CUDA events."""
-    replay()  # one untimed replay
+def _time_replays(replay: Callable[[], None], reps: int, warm_ms: float = 0.0) -> List[float]:
+    """Milliseconds of each of ``reps`` back-to-back replays, by CUDA events, after untimed
+    replays that keep the GPU busy for about ``warm_ms`` (at least one)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    replay()
+    end.record()
+    torch.cuda.synchronize()
+    first_ms = max(start.elapsed_time(end), 1e-3)
+    for _ in range(min(10000, math.ceil(warm_ms / first_ms) - 1)):
+        replay()
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for start, end in events:
@@ -265,6 +275,12 @@ class Bench:
     MIN_CALLS = 2
     BUDGET_MS = 150.0  # GPU time per (case, provider) spent in timed replays
     MIN_REPS, MAX_REPS = 10, 100
+    # Untimed replays before the timed ones. An idle H200 runs at 345 MHz and boosts within
+    # milliseconds; under sustained fp8 GEMM load its power limit then pulls the clock down over
+    # tens of ms. Without this warm-up the first provider of a case was timed partly at the
+    # boosted clock and the next ones at the lower one (session 7: our M = 512, N = 28672 fp8
+    # GEMM showed 89 us at p10 and 109 us at the median, cuBLAS right after it 99-100 us).
+    WARM_MS = 200.0
     MAX_SETS = 64
     MAX_ROTATION_BYTES = 4 << 30
 
@@ -616,7 +632,7 @@ class Bench:
                     fn(*sets[i % nsets])
 
         try:
-            times_ms = _time_replays(replay, reps)
+            times_ms = _time_replays(replay, reps, self.WARM_MS)
         finally:
             del graph
         per_call_us = sorted(t * 1e3 / calls for t in times_ms)
