@@ -30,6 +30,10 @@ cudaError_t fp8_pingpong_64x128(const ScaledMmParams&, int, void*, size_t*, cuda
 // Ping-pong 64x256x128 and cooperative 256x128x128 (1x2 clusters): large M.
 cudaError_t fp8_pingpong_64x256(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
 cudaError_t fp8_coop_256x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+// Ping-pong 128x128x128 in 2x1 clusters (prefill, N <= 8192) and cooperative 128x256x128 in
+// 1x2 clusters (M ~ 1024 at N = 4096), from the session-7 sweeps.
+cudaError_t fp8_pingpong_128x128(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
+cudaError_t fp8_coop_128x256_c12(const ScaledMmParams&, int, void*, size_t*, cudaStream_t);
 // Swap A/B: out^T tiles of 128 weight rows x 16/32/64 activation rows, M <= 128, on the
 // persistent scheduler. (Session 4 had them on the stream-K scheduler for split-K; split-K
 // never won a sweep, and this CUTLASS's stream-K scheduler does not compile with
