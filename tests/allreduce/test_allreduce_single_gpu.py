@@ -137,10 +137,15 @@ def test_back_to_back_calls(world, groups, gen):
     """50 calls with fresh data, queued without a sync between them: every call reuses the
     barrier flags of the one before."""
     group = groups(world)
+    _queue_then_check(world, [(group, (4112, 256 << 10)[i % 2], torch.bfloat16) for i in range(50)], gen)
+
+
+def _queue_then_check(world, plan, gen):
+    """Queue one all-reduce of fresh random data per (group, nbytes, dtype) of `plan` with no
+    sync between them, then check every output."""
     calls = []
-    for i in range(50):
-        nbytes = (4112, 256 << 10)[i % 2]
-        inputs = random_inputs(world, numel_of(nbytes, torch.bfloat16), torch.bfloat16, gen)
+    for group, nbytes, dtype in plan:
+        inputs = random_inputs(world, numel_of(nbytes, dtype), dtype, gen)
         outputs = poisoned_like(inputs)
         group.all_reduce(inputs, outputs)
         calls.append((inputs, outputs))
@@ -199,17 +204,8 @@ def test_two_communicators(world, gen):
     b = None
     try:
         b = EmulatedGroup(world, 2 << 20, env=emulation_env(), streams=a.streams)
-        calls = []
-        for i in range(20):
-            group = (a, b)[i % 2]
-            nbytes = ((32 << 10) + 16, 1 << 20, 4096)[i % 3]
-            inputs = random_inputs(world, numel_of(nbytes, torch.float16), torch.float16, gen)
-            outputs = poisoned_like(inputs)
-            group.all_reduce(inputs, outputs)
-            calls.append((inputs, outputs))
-        torch.cuda.synchronize()
-        for i, (inputs, outputs) in enumerate(calls):
-            _assert_ok(inputs, outputs, f"call {i}")
+        plan = [((a, b)[i % 2], ((32 << 10) + 16, 1 << 20, 4096)[i % 3], torch.float16) for i in range(20)]
+        _queue_then_check(world, plan, gen)
     finally:
         if b is not None:
             b.dispose()
