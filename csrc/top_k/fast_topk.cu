@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // fast_topk and its fused transforms: the kTopK (2048) largest fp32 scores of each row's window
-// score[b, s : s + n], one block per row.
+// score[b, s : s + n], one block (or one cluster of blocks, below) per row.
 //
 // Rows with n <= 2048 write 0..n-1, then -1. Longer rows run a radix select on the
 // order-preserving uint32 key of each score (order_key: NaN gets key 0, below -inf; -0.0 ranks
@@ -19,8 +19,18 @@
 //     decide an output slot, so the same inputs give the same outputs.
 // Every position read from memory (lengths, row_starts, cu_seqlens_q, page-table columns) is
 // bounds-checked: a window is clamped to [0, L), an out-of-range page-table column gives -1.
+//
+// Few long rows (sm90+): a cluster of up to 8 blocks shares a row. Block r of the cluster
+// owns warp chunks r * kWarps ... r * kWarps + kWarps - 1 of the window; every histogram is
+// summed over the cluster's blocks through distributed shared memory before the digit is
+// chosen (each block chooses the same one), and a block's first output slot adds the counts
+// of the blocks before it. One block per row already fills the GPU past ~one row per SM.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+
+#include <cooperative_groups.h>
 
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/launch.cuh"
@@ -47,6 +57,7 @@ static_assert(pass_shift(0) + pass_bits(0) == 32 && pass_shift(1) + pass_bits(1)
               "the passes cover the 32 key bits, high to low, with at most kBins bins");
 
 static_assert(kBins % kThreads == 0, "bins split evenly over the threads");
+static_assert(kWarps <= 32, "one lane per warp chunk in the slot sums");
 
 // Block state in shared memory, followed by the candidate arrays (key[capacity], pos[capacity]).
 struct Shared {
@@ -62,6 +73,42 @@ struct Shared {
   int request;             // kPageTable: page-table row of this block's row, -1 if none
 };
 
+// The blocks that share a row (a thread-block cluster on sm90+; a single block otherwise).
+struct RowGroup {
+  int rank;  // this block's rank in the cluster
+  int size;  // blocks per row (1, 2, 4 or 8)
+};
+
+__device__ __forceinline__ RowGroup row_group() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const cooperative_groups::cluster_group c = cooperative_groups::this_cluster();
+  return {static_cast<int>(c.block_rank()), static_cast<int>(c.num_blocks())};
+#else
+  return {0, 1};
+#endif
+}
+
+// Barrier of every thread of the row's blocks, with their shared-memory writes visible to each
+// other (a block barrier when the row has one block).
+__device__ __forceinline__ void row_sync(const RowGroup& g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (g.size > 1) {
+    cooperative_groups::this_cluster().sync();
+    return;
+  }
+#endif
+  __syncthreads();
+}
+
+// `p` (in this block's shared memory) at the same offset in block `rank` of the row.
+template <typename T>
+__device__ __forceinline__ T* row_peer(T* p, const RowGroup& g, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (g.size > 1) return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#endif
+  return p;
+}
+
 // Order-preserving key: a > b (as floats, NaN lowest) <=> order_key(a) > order_key(b).
 __device__ __forceinline__ uint32_t order_key(float v) {
   uint32_t bits = __float_as_uint(v);
@@ -72,16 +119,20 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 
 // The clamped window of one row, cut into 4-element groups that start at 16-byte boundaries:
 // group g holds positions 4 g - head ... 4 g - head + 3 (those in [0, n)).
+// Warps are numbered over the row: block r's warp i is warp r * kWarps + i.
 struct Window {
   const float* x;           // score[b] + s
   int64_t n;                // elements, kTopK < n <= INT32_MAX
   int64_t head;             // x - head is 16-byte aligned (0..3)
   int64_t groups;           // ceil((n + head) / 4)
   int64_t groups_per_warp;  // warp w owns groups [w * groups_per_warp, (w + 1) * groups_per_warp)
+  int64_t first_warp;       // this block's first warp
 };
 
+// This block's warp (0 .. kWarps-1) that owns position `pos` of the window (other blocks' warps
+// give values outside that range).
 __device__ __forceinline__ int64_t owner_warp(const Window& w, int64_t pos) {
-  return ((pos + w.head) >> 2) / w.groups_per_warp;
+  return ((pos + w.head) >> 2) / w.groups_per_warp - w.first_warp;
 }
 
 // Calls f(v[4], g, valid) for every group of the calling warp's chunk, in ascending group
@@ -92,7 +143,7 @@ __device__ __forceinline__ int64_t owner_warp(const Window& w, int64_t pos) {
 template <typename F>
 __device__ __forceinline__ void sweep(const Window& w, F&& f) {
   const int lane = threadIdx.x & 31;
-  const int64_t begin = static_cast<int64_t>(threadIdx.x >> 5) * w.groups_per_warp;
+  const int64_t begin = (w.first_warp + static_cast<int64_t>(threadIdx.x >> 5)) * w.groups_per_warp;
   const int64_t end = min(w.groups, begin + w.groups_per_warp);
   for (int64_t base = begin; base < end; base += 32 * kUnroll) {
     float v[kUnroll][4];
@@ -160,7 +211,9 @@ __device__ __forceinline__ int block_exclusive_sum(int v, int* warp_sums) {
 // After the histogram of the digit at [shift, shift + bits): fix the digit d whose bin holds the
 // k_rem-th largest element, i.e. (count above d) < k_rem <= (count above d) + hist[d], and move
 // the prefix down to it. The total of the histogram is >= k_rem, so exactly one bin qualifies.
-__device__ void select_digit(Shared& sh, int shift, int bits) {
+// With several blocks per row the histogram is the sum of theirs (the caller synced the row),
+// added in rank order, so every block fixes the same digit.
+__device__ void select_digit(Shared& sh, int shift, int bits, const RowGroup& g) {
   const int nbins = 1 << bits;
   const int k = sh.k_rem;  // read before the scan's barrier; written after it
   // Thread t holds bins nbins-1-4t ... nbins-4-4t: the scan runs from the highest bin down.
@@ -169,7 +222,10 @@ __device__ void select_digit(Shared& sh, int shift, int bits) {
 #pragma unroll
   for (int j = 0; j < kBinsPerThread; ++j) {
     const int p = threadIdx.x * kBinsPerThread + j;
-    c[j] = p < nbins ? sh.hist[nbins - 1 - p] : 0;
+    c[j] = 0;
+    if (p < nbins) {
+      for (int q = 0; q < g.size; ++q) c[j] += row_peer(sh.hist, g, q)[nbins - 1 - p];
+    }
     sum += c[j];
   }
   int above = block_exclusive_sum(sum, sh.warp_sums);
@@ -191,7 +247,7 @@ __device__ void select_digit(Shared& sh, int shift, int bits) {
 // One radix pass over the keys that for_each_key(f) hands to f. Returns true when the
 // selection is complete: every element matching the new prefix is taken.
 template <typename ForEachKey>
-__device__ bool radix_pass(Shared& sh, int shift, int bits, ForEachKey&& for_each_key) {
+__device__ bool radix_pass(Shared& sh, int shift, int bits, const RowGroup& g, ForEachKey&& for_each_key) {
   for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist[i] = 0;
   __syncthreads();  // also publishes prefix / mask / k_rem of the previous step
   const uint32_t prefix = sh.prefix;
@@ -200,9 +256,11 @@ __device__ bool radix_pass(Shared& sh, int shift, int bits, ForEachKey&& for_eac
   for_each_key([&](uint32_t key) {
     if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & digit_mask], 1);
   });
-  __syncthreads();
-  select_digit(sh, shift, bits);
-  return sh.bin_count == sh.k_rem;
+  row_sync(g);  // every block's histogram complete
+  select_digit(sh, shift, bits, g);
+  const bool done = sh.bin_count == sh.k_rem;
+  if (g.size > 1) row_sync(g);  // the other blocks are done reading this histogram
+  return done;
 }
 
 // The value written for selected position `pos` (>= 0) of the block's row.
@@ -251,7 +309,8 @@ __global__ void __launch_bounds__(kThreads, 2) fast_topk_kernel(const FastTopKPa
   uint32_t* cand_key = reinterpret_cast<uint32_t*>(smem_raw + sizeof(Shared));  // [capacity]
   int32_t* cand_pos = reinterpret_cast<int32_t*>(cand_key + capacity);        // [capacity]
 
-  const int64_t b = blockIdx.x;
+  const RowGroup group = row_group();
+  const int64_t b = blockIdx.x / group.size;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   int32_t* out = p.out + b * kTopK;
@@ -280,8 +339,10 @@ __global__ void __launch_bounds__(kThreads, 2) fast_topk_kernel(const FastTopKPa
     emit.offset = p.offsets[b * p.offsets_stride];
   }
 
-  if (n <= kTopK) {
-    for (int i = threadIdx.x; i < kTopK; i += kThreads) out[i] = i < n ? emit(i) : -1;
+  if (n <= kTopK) {  // the same for every block of the row: none reaches a row barrier
+    for (int i = group.rank * kThreads + threadIdx.x; i < kTopK; i += group.size * kThreads) {
+      out[i] = i < n ? emit(i) : -1;
+    }
     SGL_PDL_LAUNCH_DEPENDENTS();
     return;
   }
@@ -291,7 +352,8 @@ __global__ void __launch_bounds__(kThreads, 2) fast_topk_kernel(const FastTopKPa
   w.n = n;
   w.head = static_cast<int64_t>((reinterpret_cast<uintptr_t>(w.x) >> 2) & 3u);
   w.groups = (n + w.head + 3) >> 2;
-  w.groups_per_warp = (w.groups + kWarps - 1) / kWarps;
+  w.groups_per_warp = (w.groups + kWarps * group.size - 1) / (kWarps * group.size);
+  w.first_warp = static_cast<int64_t>(group.rank) * kWarps;
 
   if (threadIdx.x == 0) {
     sh.prefix = 0;
@@ -312,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 2) fast_topk_kernel(const FastTopKPa
       }
     });
   };
-  bool done = radix_pass(sh, pass_shift(0), pass_bits(0), window_keys);
+  bool done = radix_pass(sh, pass_shift(0), pass_bits(0), group, window_keys);
   if (!done && sh.bin_count <= capacity) {
     // Copy the bin of pass 1 to shared memory; count, per warp chunk, what lies above it.
     const uint32_t prefix = sh.prefix;
@@ -343,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 2) fast_topk_kernel(const FastTopKPa
       for (int i = threadIdx.x; i < n_cand; i += kThreads) f(cand_key[i]);
     };
     for (int pass = 1; pass < kPasses && !done; ++pass) {
-      done = radix_pass(sh, pass_shift(pass), pass_bits(pass), cand_keys);
+      done = radix_pass(sh, pass_shift(pass), pass_bits(pass), group, cand_keys);
     }
     // Candidates above / equal to the threshold, per owning warp chunk.
     const uint32_t t_prefix = sh.prefix;
@@ -357,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 2) fast_topk_kernel(const FastTopKPa
     }
   } else {
     for (int pass = 1; pass < kPasses && !done; ++pass) {
-      done = radix_pass(sh, pass_shift(pass), pass_bits(pass), window_keys);
+      done = radix_pass(sh, pass_shift(pass), pass_bits(pass), group, window_keys);
     }
     const uint32_t prefix = sh.prefix;
     const uint32_t mask = sh.mask;
@@ -378,19 +440,32 @@ __global__ void __launch_bounds__(kThreads, 2) fast_topk_kernel(const FastTopKPa
       sh.warp_tie[warp] = tie;
     }
   }
-  __syncthreads();
+  row_sync(group);
 
   // Write: everything above the threshold, and the first k_tie elements equal to it, in
-  // position order. This warp's first slot and tie rank follow from the chunks before it.
+  // position order. This warp's first slot is the number of elements above the threshold in
+  // the chunks before it (every chunk of the blocks before this one, then this block's) plus
+  // the ties among them, capped at k_tie.
   const uint32_t prefix = sh.prefix;
   const uint32_t mask = sh.mask;
   const int k_tie = sh.k_rem;
-  int slot = 0, tie_rank = 0;
-  for (int i = 0; i < warp; ++i) {
-    const int ties = sh.warp_tie[i];
-    slot += sh.warp_above[i] + min(ties, max(0, k_tie - tie_rank));
-    tie_rank += ties;
+  int above_before = 0, ties_before = 0;
+  if (lane < kWarps) {
+    // lane l: chunk l of every earlier block (independent loads), and of this block if before us
+    for (int q = 0; q < group.rank; ++q) {
+      above_before += row_peer(sh.warp_above, group, q)[lane];
+      ties_before += row_peer(sh.warp_tie, group, q)[lane];
+    }
+    if (lane < warp) {
+      above_before += sh.warp_above[lane];
+      ties_before += sh.warp_tie[lane];
+    }
   }
+  above_before = warp_reduce_sum(above_before);
+  ties_before = warp_reduce_sum(ties_before);
+  int slot = above_before + min(ties_before, k_tie);
+  int tie_rank = ties_before;
+  if (group.size > 1) row_sync(group);  // no block leaves while another reads its counts
   const uint32_t lanes_before = (1u << lane) - 1u;
   sweep(w, [&](const float(&v)[4], int64_t g, uint32_t valid) {
     bool above[4], tie[4];
@@ -445,14 +520,94 @@ cudaError_t fast_topk_smem(int device, FastTopKSmem* out) {
   return cudaSuccess;
 }
 
+// Blocks per row. One, unless the rows are few and long (sm90+): a cluster of 2, 4 or 8
+// blocks, doubled while each block keeps >= kMinChunk positions of an L-long row (8 blocks:
+// >= 2 kMinChunk) and the grid stays within one block per SM (4 or 8 blocks: half the SMs).
+// From an H200 sweep of B x L in {1, 4, 16, 32, 64} x {8192 ... 131072}, normal scores, us:
+//   B = 1:  L = 16384 cs1 20.8 / cs2 16.3; L = 32768 cs2 23.2 / cs4 20.5; L = 65536 cs4 26.9 /
+//           cs8 29.6; L = 131072 cs1 107.0 / cs4 39.2 / cs8 35.7 (torch.topk 69.9)
+//   B = 16: L = 131072 cs4 42.4 / cs8 59.1 (128 blocks in clusters of 8 place badly)
+//   B = 64: L = 131072 cs1 109.7 / cs2 81.6 / cs4 97.7
+// SGL_KERNEL_TOPK_CLUSTER=1|2|4|8 forces a size (tests).
+constexpr int64_t kMinChunk = 8192;
+
 template <TopKOutput kMode>
-cudaError_t launch_mode(const FastTopKParams& p, const FastTopKSmem& smem, cudaStream_t stream) {
+int blocks_per_row(const FastTopKParams& p, int device, int64_t smem_bytes) {
+  int major = 0, sms = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9) return 1;
+  // The kernel's cluster code exists only in sm90+ machine code (not in, say, sm80 PTX that the
+  // driver compiled for this GPU): ask which one runs.
+  static const int binary_version = [] {
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, fast_topk_kernel<kMode>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return fa.binaryVersion;
+  }();
+  if (binary_version < 90) return 1;
+  int cs = 0;
+  if (const char* e = std::getenv("SGL_KERNEL_TOPK_CLUSTER"); e != nullptr && *e != '\0') {
+    const int v = std::atoi(e);
+    if (v == 1 || v == 2 || v == 4 || v == 8) cs = v;
+  }
+  if (cs == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 1;
+    cs = 1;
+    while (cs < 8) {
+      const int next = 2 * cs;
+      if (p.cols / next < (next == 8 ? 2 * kMinChunk : kMinChunk)) break;
+      if (p.rows * next > (next == 2 ? sms : sms / 2)) break;
+      cs = next;
+    }
+  }
+  // A cluster must fit on the device (as partitioned when first asked: MPS, green contexts):
+  // shrink until the occupancy query places at least one. Answers cached per device and size.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int8_t> fits[kMaxDevices][3];  // cs = 2, 4, 8: 0 unknown, 1 fits, 2 does not
+  while (cs > 1) {
+    const int slot = cs == 2 ? 0 : cs == 4 ? 1 : 2;
+    if (device >= 0 && device < kMaxDevices) {
+      const int8_t known = fits[device][slot].load(std::memory_order_relaxed);
+      if (known == 1) break;
+      if (known == 2) {
+        cs /= 2;
+        continue;
+      }
+    }
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.gridDim = dim3(static_cast<unsigned>(cs));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    const bool ok =
+        cudaOccupancyMaxActiveClusters(&clusters, fast_topk_kernel<kMode>, &config) == cudaSuccess && clusters > 0;
+    if (!ok) (void)cudaGetLastError();
+    if (device >= 0 && device < kMaxDevices) fits[device][slot].store(ok ? 1 : 2, std::memory_order_relaxed);
+    if (ok) break;
+    cs /= 2;
+  }
+  return cs;
+}
+
+template <TopKOutput kMode>
+cudaError_t launch_mode(const FastTopKParams& p, const FastTopKSmem& smem, int device, cudaStream_t stream) {
   auto* kernel = fast_topk_kernel<kMode>;
   // The largest shared-memory carveout, so that two blocks of smem.bytes fit on an SM.
   SGL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared));
-  return launch_kernel(kernel, dim3(static_cast<uint32_t>(p.rows)), dim3(kThreads), static_cast<size_t>(smem.bytes),
-                       stream, p.enable_pdl, p, smem.capacity);
+  SGL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem.bytes)));
+  const int cs = blocks_per_row<kMode>(p, device, smem.bytes);
+  if (p.rows * cs > INT32_MAX) return cudaErrorInvalidValue;
+  return launch_kernel_clustered(kernel, dim3(static_cast<uint32_t>(p.rows * cs)), dim3(kThreads),
+                                 static_cast<size_t>(smem.bytes), stream, p.enable_pdl, cs, p, smem.capacity);
 }
 
 cudaError_t launch_fast_topk(TopKOutput mode, const FastTopKParams& p, cudaStream_t stream) {
@@ -465,11 +620,11 @@ cudaError_t launch_fast_topk(TopKOutput mode, const FastTopKParams& p, cudaStrea
   if (smem.bytes > smem.device_bytes) return cudaErrorInvalidConfiguration;
   switch (mode) {
     case TopKOutput::kIndices:
-      return launch_mode<TopKOutput::kIndices>(p, smem, stream);
+      return launch_mode<TopKOutput::kIndices>(p, smem, device, stream);
     case TopKOutput::kPageTable:
-      return launch_mode<TopKOutput::kPageTable>(p, smem, stream);
+      return launch_mode<TopKOutput::kPageTable>(p, smem, device, stream);
     case TopKOutput::kRagged:
-      return launch_mode<TopKOutput::kRagged>(p, smem, stream);
+      return launch_mode<TopKOutput::kRagged>(p, smem, device, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -56,7 +56,8 @@ struct FastTopKSmem {
 
 cudaError_t fast_topk_smem(int device, FastTopKSmem* out);
 
-// Launches one block per row on the current device. Returns cudaErrorInvalidConfiguration
+// Launches one block per row (few long rows on sm90+: a cluster of 2-8 blocks per row) on
+// the current device. Returns cudaErrorInvalidConfiguration
 // when the device has less shared memory than FastTopKSmem::min_bytes (the bindings check
 // that first and raise a readable error).
 cudaError_t launch_fast_topk(TopKOutput mode, const FastTopKParams& params, cudaStream_t stream);

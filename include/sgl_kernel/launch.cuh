@@ -24,19 +24,21 @@ __host__ __device__ constexpr T ceil_div(T a, T b) {
   } while (0)
 
 // Launch `kernel` on `stream`; with `pdl` the kernel may overlap the previous one in the
-// stream (it must call SGL_PDL_WAIT() before reading its inputs, arch.cuh).
+// stream (it must call SGL_PDL_WAIT() before reading its inputs, arch.cuh); with
+// cluster_x > 1 (sm90+) in thread-block clusters of (cluster_x, 1, 1), grid.x a multiple of it.
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-                          cudaStream_t stream, bool pdl, Args&&... args) {
+cudaError_t launch_kernel_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                                    cudaStream_t stream, bool pdl, int cluster_x, Args&&... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
-  if (grid.y > 65535u || grid.z > 65535u || block.x * block.y * block.z > 1024u) {
+  if (grid.y > 65535u || grid.z > 65535u || block.x * block.y * block.z > 1024u || cluster_x < 1 ||
+      grid.x % static_cast<unsigned>(cluster_x) != 0) {
     return cudaErrorInvalidConfiguration;
   }
   if (smem_bytes > 48u * 1024u) {
     SGL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem_bytes)));
   }
-  cudaLaunchAttribute attrs[1];
+  cudaLaunchAttribute attrs[2];
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -45,11 +47,24 @@ cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, 
   config.attrs = attrs;
   config.numAttrs = 0;
   if (pdl) {
-    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[0].val.programmaticStreamSerializationAllowed = 1;
-    config.numAttrs = 1;
+    attrs[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++config.numAttrs;
+  }
+  if (cluster_x > 1) {
+    attrs[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[config.numAttrs].val.clusterDim.x = static_cast<unsigned>(cluster_x);
+    attrs[config.numAttrs].val.clusterDim.y = 1;
+    attrs[config.numAttrs].val.clusterDim.z = 1;
+    ++config.numAttrs;
   }
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                          cudaStream_t stream, bool pdl, Args&&... args) {
+  return launch_kernel_clustered(kernel, grid, block, smem_bytes, stream, pdl, 1, std::forward<Args>(args)...);
 }
 
 }  // namespace sgl_kernel

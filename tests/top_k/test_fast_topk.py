@@ -71,6 +71,15 @@ def _check(score, lengths, row_starts, out) -> None:
     assert msg is None, msg
 
 
+@pytest.fixture(params=["1", "2", "8"], ids=lambda v: f"cluster{v}")
+def forced_cluster(request, monkeypatch):
+    """Blocks per row forced through SGL_KERNEL_TOPK_CLUSTER (read at every launch): 1, or a
+    cluster of 2 / 8 blocks sharing each row (sm90+; elsewhere the kernel runs 1 regardless).
+    Without it only few long rows get a cluster."""
+    monkeypatch.setenv("SGL_KERNEL_TOPK_CLUSTER", request.param)
+    return int(request.param)
+
+
 # ---------------------------------------------------------------------------------------
 # fast_topk_v2: selection
 
@@ -78,6 +87,7 @@ def _check(score, lengths, row_starts, out) -> None:
 MIXED_L = 70001  # odd: windows start at every alignment
 
 
+@pytest.mark.usefixtures("forced_cluster")
 @pytest.mark.parametrize("with_starts", [False, True], ids=["no-row-starts", "row-starts"])
 @pytest.mark.parametrize("kind", ["normal", "uniform", "few_values", "narrow", "wide", "specials"])
 def test_mixed_lengths(with_starts, kind, gen):
@@ -117,6 +127,28 @@ def test_random_windows(B, L, gen):
     _check(score, lengths, row_starts, out)
 
 
+@pytest.mark.parametrize("kind", ["normal", "uniform", "few_values", "specials"])
+@pytest.mark.parametrize("B, L", [(1, 131072), (5, 33333), (16, 70001)])
+def test_cluster_sizes_agree(kind, B, L, gen, monkeypatch):
+    """The selection with ties broken by position is unique and written in ascending position
+    order, so every number of blocks per row gives the same output, bit for bit; random
+    windows put chunk boundaries everywhere, and the short windows leave some blocks of a
+    cluster without a single group."""
+    score = _scores(B, L, gen, kind)
+    lengths = torch.randint(0, L + 1, (B,), device="cuda", generator=gen, dtype=torch.int32)
+    lengths[0] = L
+    row_starts = _random_windows(lengths, L, gen)
+    outs = {}
+    for cs in ("1", "2", "4", "8"):
+        monkeypatch.setenv("SGL_KERNEL_TOPK_CLUSTER", cs)
+        outs[cs] = _run_op(score, lengths, row_starts)
+    _check(score, lengths, row_starts, outs["1"])
+    for cs in ("2", "4", "8"):
+        assert torch.equal(outs[cs], outs["1"]), f"{cs} blocks per row differ from 1"
+    monkeypatch.delenv("SGL_KERNEL_TOPK_CLUSTER")
+    assert torch.equal(_run_op(score, lengths, row_starts), outs["1"]), "the automatic choice differs"
+
+
 def test_large_batch(gen):
     B, L = 1024, 4096
     score = _scores(B, L, gen)
@@ -125,6 +157,7 @@ def test_large_batch(gen):
     _check(score, lengths, None, out)
 
 
+@pytest.mark.usefixtures("forced_cluster")
 def test_short_rows_exact():
     """n <= 2048: 0..n-1 then -1, without reading score."""
     score = torch.full((5, 3000), float("nan"), device="cuda")
@@ -135,6 +168,7 @@ def test_short_rows_exact():
     assert torch.equal(out, expected)
 
 
+@pytest.mark.usefixtures("forced_cluster")
 @pytest.mark.parametrize("n", [2049, 5000, 65536])
 def test_all_equal_scores(n):
     """Ties resolve to the lowest positions (documented), deterministically."""
@@ -145,6 +179,7 @@ def test_all_equal_scores(n):
     assert torch.equal(out, expected)
 
 
+@pytest.mark.usefixtures("forced_cluster")
 def test_ties_at_threshold(gen):
     """Ties straddling the 2048th place: the chosen ties are the lowest positions."""
     L = 50000
@@ -159,6 +194,7 @@ def test_ties_at_threshold(gen):
     assert torch.equal(out[0].long().sort().values, topk_ref(score, lengths)[0].sort().values)
 
 
+@pytest.mark.usefixtures("forced_cluster")
 def test_nan_ranks_lowest(gen):
     L = 40000
     score = torch.randn(3, L, device="cuda", generator=gen)
@@ -174,6 +210,7 @@ def test_nan_ranks_lowest(gen):
     assert 7 in out[2].tolist(), "-inf must rank above NaN"
 
 
+@pytest.mark.usefixtures("forced_cluster")
 def test_negative_zero_ties_positive_zero():
     L = 5000
     score = torch.empty((1, L), device="cuda")
@@ -206,6 +243,7 @@ def test_output_ascending(gen):
     assert bool((long_rows[:, 1:] > long_rows[:, :-1]).all())
 
 
+@pytest.mark.usefixtures("forced_cluster")
 @pytest.mark.parametrize("offset", [1, 2, 3])
 def test_row_stride_and_misaligned_base(offset, gen):
     """score is a view: row stride != L, base not 16-byte aligned."""
@@ -219,6 +257,7 @@ def test_row_stride_and_misaligned_base(offset, gen):
     _check(score, lengths, row_starts, out)
 
 
+@pytest.mark.usefixtures("forced_cluster")
 def test_strided_row_starts(gen):
     B, L = 4, 9000
     score = _scores(B, L, gen)
@@ -229,6 +268,7 @@ def test_strided_row_starts(gen):
     _check(score, lengths, row_starts, out)
 
 
+@pytest.mark.usefixtures("forced_cluster")
 def test_window_outside_score_is_clamped(gen):
     """Out of contract (s + n > L, s < 0, n < 0): no read outside score, the clamped window."""
     L = 6000
@@ -277,6 +317,7 @@ def _transform_case(gen, decode: bool):
     return score, lengths, row_starts, table.to(torch.int32), cu, decode
 
 
+@pytest.mark.usefixtures("forced_cluster")
 @pytest.mark.parametrize("decode", [True, False], ids=["decode", "prefill"])
 def test_transform_fused(decode, gen):
     score, lengths, row_starts, table, cu, row_is_request = _transform_case(gen, decode)
@@ -335,6 +376,7 @@ def test_transform_row_without_request(gen):
     assert bool((dst[3] == -1).all())
 
 
+@pytest.mark.usefixtures("forced_cluster")
 @pytest.mark.parametrize("with_starts", [False, True], ids=["no-row-starts", "row-starts"])
 def test_transform_ragged(with_starts, gen):
     L = 50000
@@ -395,6 +437,7 @@ def test_torch_compile(gen):
     assert torch.equal(out, sgl_kernel.fast_topk_v2(score, lengths, TOPK, row_starts))
 
 
+@pytest.mark.usefixtures("forced_cluster")
 @pytest.mark.parametrize("op", ["fast_topk_v2", "fast_topk_transform_fused", "fast_topk_transform_ragged_fused"])
 def test_cuda_graph(op, gen):
     """Capture with static inputs, then replay on new scores, lengths and starts."""
