@@ -275,11 +275,11 @@ class Bench:
     MIN_CALLS = 2
     BUDGET_MS = 150.0  # GPU time per (case, provider) spent in timed replays
     MIN_REPS, MAX_REPS = 10, 100
-    # Untimed replays before the timed ones. An idle H200 runs at 345 MHz and boosts within
-    # milliseconds; under sustained fp8 GEMM load its power limit then pulls the clock down over
-    # tens of ms. Without this warm-up the first provider of a case was timed partly at the
-    # boosted clock and the next ones at the lower one (session 7: our M = 512, N = 28672 fp8
-    # GEMM showed 89 us at p10 and 109 us at the median, cuBLAS right after it 99-100 us).
+    # Untimed replays before the timed ones. Under sustained fp8 GEMM load an H200 sits at its
+    # 700 W power cap, 1300-1560 MHz instead of the 1980 MHz a burst starts at (nvidia-smi,
+    # session 7). Without this warm-up the first provider of a case was timed partly at the
+    # higher clock and the next ones at the lower one (our M = 512, N = 28672 fp8 GEMM: 89 us
+    # at p10, 109 us at the median; cuBLAS right after it 99-100 us).
     WARM_MS = 200.0
     MAX_SETS = 64
     MAX_ROTATION_BYTES = 4 << 30
