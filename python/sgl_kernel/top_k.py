@@ -46,9 +46,12 @@ _SELECTION_NOTES = """
       reads outside ``score``. With ``SGL_KERNEL_DEBUG=1`` the op raises ``RuntimeError``
       instead (it synchronises to read the flag).
 
-    One CUDA block per row. Shared memory per block: ~113 KiB on sm90/sm100 (two blocks per
-    SM), ~81 KiB on sm80, ~49 KiB on sm86/sm89/sm120; a device with less than ~25 KiB per
-    block raises ``RuntimeError``. Arch: sm80+. CUDA-graph capturable; no host sync.
+    One CUDA block per row; on sm90+, when the rows are few and long (at most half as many
+    rows as SMs, L >= 16384), a thread-block cluster of 2-8 blocks shares each row, with the
+    same output bit for bit (``SGL_KERNEL_TOPK_CLUSTER=1|2|4|8`` forces a size). Shared memory
+    per block: ~113 KiB on sm90/sm100 (two blocks per SM), ~81 KiB on sm80, ~49 KiB on
+    sm86/sm89/sm120; a device with less than ~25 KiB per block raises ``RuntimeError``.
+    Arch: sm80+. CUDA-graph capturable; no host sync.
 """
 
 
