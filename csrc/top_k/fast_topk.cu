@@ -576,19 +576,17 @@ int blocks_per_row(const FastTopKParams& p, int device, int64_t smem_bytes) {
       }
     }
     cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attrs[2];
     config.gridDim = dim3(static_cast<unsigned>(cs));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-    config.attrs = attr;
-    config.numAttrs = 1;
+    set_launch_attrs(config, attrs, cs, false);
     int clusters = 0;
-    const bool ok =
-        cudaOccupancyMaxActiveClusters(&clusters, fast_topk_kernel<kMode>, &config) == cudaSuccess && clusters > 0;
+    // the query judges the launch's shared memory against the kernel's opt-in limit
+    const bool ok = cudaFuncSetAttribute(fast_topk_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem_bytes)) == cudaSuccess &&
+                    cudaOccupancyMaxActiveClusters(&clusters, fast_topk_kernel<kMode>, &config) == cudaSuccess &&
+                    clusters > 0;
     if (!ok) (void)cudaGetLastError();
     if (device >= 0 && device < kMaxDevices) fits[device][slot].store(ok ? 1 : 2, std::memory_order_relaxed);
     if (ok) break;
@@ -603,7 +601,6 @@ cudaError_t launch_mode(const FastTopKParams& p, const FastTopKSmem& smem, int d
   // The largest shared-memory carveout, so that two blocks of smem.bytes fit on an SM.
   SGL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared));
-  SGL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem.bytes)));
   const int cs = blocks_per_row<kMode>(p, device, smem.bytes);
   if (p.rows * cs > INT32_MAX) return cudaErrorInvalidValue;
   return launch_kernel_clustered(kernel, dim3(static_cast<uint32_t>(p.rows * cs)), dim3(kThreads),

@@ -23,6 +23,26 @@ __host__ __device__ constexpr T ceil_div(T a, T b) {
     if (sgl_err_ != cudaSuccess) return sgl_err_; \
   } while (0)
 
+// Launch attributes of `config`: clusters of (cs, 1, 1) blocks when cs > 1 (sm90+), and
+// programmatic dependent launch when pdl (the kernel then calls SGL_PDL_WAIT() before it reads
+// any input); attrs must outlive the launch (or occupancy query).
+inline void set_launch_attrs(cudaLaunchConfig_t& config, cudaLaunchAttribute (&attrs)[2], int cs, bool pdl) {
+  config.attrs = attrs;
+  config.numAttrs = 0;
+  if (cs > 1) {
+    cudaLaunchAttribute& a = attrs[config.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = static_cast<unsigned>(cs);
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+  }
+  if (pdl) {
+    cudaLaunchAttribute& a = attrs[config.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
+}
+
 // Launch `kernel` on `stream`; with `pdl` the kernel may overlap the previous one in the
 // stream (it must call SGL_PDL_WAIT() before reading its inputs, arch.cuh); with
 // cluster_x > 1 (sm90+) in thread-block clusters of (cluster_x, 1, 1), grid.x a multiple of it.
@@ -44,20 +64,7 @@ cudaError_t launch_kernel_clustered(void (*kernel)(KernelArgs...), dim3 grid, di
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  config.attrs = attrs;
-  config.numAttrs = 0;
-  if (pdl) {
-    attrs[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
-    ++config.numAttrs;
-  }
-  if (cluster_x > 1) {
-    attrs[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[config.numAttrs].val.clusterDim.x = static_cast<unsigned>(cluster_x);
-    attrs[config.numAttrs].val.clusterDim.y = 1;
-    attrs[config.numAttrs].val.clusterDim.z = 1;
-    ++config.numAttrs;
-  }
+  set_launch_attrs(config, attrs, cluster_x, pdl);
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

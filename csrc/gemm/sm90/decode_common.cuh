@@ -15,6 +15,7 @@
 #include <climits>
 
 #include "gemm/gemm.h"
+#include "sgl_kernel/launch.cuh"  // set_launch_attrs
 
 namespace sgl_kernel::gemm::sm90 {
 
@@ -26,26 +27,6 @@ inline bool decode_shape_ok(const ScaledMmParams& p, bool int8) {
   return p.m >= 0 && p.n >= 0 && p.k > 0 && p.n % 8 == 0 && p.k % 16 == 0 && p.lda % 16 == 0 && p.ldb % 16 == 0 &&
          p.ldd % 2 == 0 && aligned16(p.a) && aligned16(p.b) && (reinterpret_cast<uintptr_t>(p.out) & 3) == 0 &&
          p.n <= INT32_MAX / 2 && p.m <= INT32_MAX / 2 && p.k <= INT32_MAX / 2 && !(int8 && p.k >= (int64_t{1} << 17));
-}
-
-// Launch `config` in clusters of (cs, 1, 1) CTAs when cs > 1, and with programmatic dependent
-// launch when pdl (the kernel then calls SGL_PDL_WAIT() before it reads any input); attrs must
-// outlive the launch.
-inline void set_launch_attrs(cudaLaunchConfig_t& config, cudaLaunchAttribute (&attrs)[2], int cs, bool pdl) {
-  config.attrs = attrs;
-  config.numAttrs = 0;
-  if (cs > 1) {
-    cudaLaunchAttribute& a = attrs[config.numAttrs++];
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = static_cast<unsigned>(cs);
-    a.val.clusterDim.y = 1;
-    a.val.clusterDim.z = 1;
-  }
-  if (pdl) {
-    cudaLaunchAttribute& a = attrs[config.numAttrs++];
-    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a.val.programmaticStreamSerializationAllowed = 1;
-  }
 }
 
 __device__ __forceinline__ float to_float(float v) { return v; }
