@@ -2,7 +2,7 @@
 """fp8_blockwise_scaled_mm (API.md 2.3) against an fp32 reference that scales each 128-deep
 k-block's exact partial product: M in {1, 7, 16, 64, 128, 1024, 4096}, DeepSeek-V3 and Llama
 layer shapes, both output types, both scale layouts the API names (M-major / K-major, and
-row-major ones the op copies), padded scale strides, both kernel configurations, CUDA-graph
+row-major ones the op copies), padded scale strides, every kernel configuration, CUDA-graph
 replay, opcheck and the shape errors.
 
 Tolerance, per element: ``|out - ref| <= u |ref| + 2^-12 * sum_kb |A_kb| @ |B_kb| * sa * sb``,
@@ -90,11 +90,21 @@ def test_odd_sizes(out_dtype, m, n, k, gen):
 @pytest.mark.parametrize("config", ("0", "1"))
 @pytest.mark.parametrize("m", (1, 50, 200, 1100))
 def test_each_configuration(config, swizzle, m, gen, monkeypatch):
-    """Both configurations of blockwise_mm_dispatch.cu, forced, with both swizzles; N = 1152
+    """Every configuration of blockwise_mm_dispatch.cu, forced, with both swizzles; N = 1152
     and M = 1100 leave an odd number of 128-wide tiles (a partial swizzle group at 4)."""
     monkeypatch.setenv("SGL_KERNEL_BLOCKWISE_MM_CONFIG", config)
     monkeypatch.setenv("SGL_KERNEL_BLOCKWISE_MM_SWIZZLE", swizzle)
     _check(*_inputs(m, 1152, 1536, gen), torch.bfloat16)
+
+
+@pytest.mark.parametrize("config", ("0", "1"))
+@pytest.mark.parametrize("k", (128, 256, 384, 640, 1664))
+def test_k_tile_counts(config, k, gen, monkeypatch):
+    """One, two and odd numbers of 128-deep k-tiles: the cooperative configuration's mainloop
+    (blockwise_overlap_mainloop.cuh) retires its two temporaries in pairs, with a separate path
+    for an odd count."""
+    monkeypatch.setenv("SGL_KERNEL_BLOCKWISE_MM_CONFIG", config)
+    _check(*_inputs(300, 640, k, gen), torch.bfloat16)
 
 
 @pytest.mark.parametrize("m", (1, 5, 64, 257))

@@ -15,20 +15,13 @@ sm90::BlockwiseConfigFn pick(const BlockwiseMmParams& p) {
 
 }  // namespace
 
-// The persistent scheduler's swizzle, from the H200 sweep of session 4 (M >= 1024, Llama-3-8B
-// layers; blockwise / per-token fp8_scaled_mm): 4 lifts the wide-N shapes at M >= 4096 from
-// 0.73-0.81x to 0.83-0.90x and the narrow ones at M = 2048-4096 from 0.83-0.92x to 0.85-0.96x;
-// elsewhere 1 was best or within noise.
+// The persistent scheduler's swizzle. Session 8 sweep, with the overlapped mainloop (H100,
+// tune_scaled_mm.py --kind blockwise, 3 interleaved rounds, Llama-3-8B layers at M = 1024-8192):
+// 4 was the best swizzle at 14 of the 16 shapes and within 2% of 1 at the other two; the gain
+// grows with M (M = 8192: 6-15%). Below M = 1024 the earlier sweeps found 1 best or within noise.
 int swizzle(const BlockwiseMmParams& p) {
   if (p.swizzle > 0) return p.swizzle;
-  const bool wide_n = p.n >= 16384, deep_k = p.k >= 8192;
-  if (wide_n && p.m >= 4096) return 4;
-  if (!wide_n && !deep_k && p.m >= 2048 && p.m <= 4096) return 4;
-  // Session 7, steady-state sweep (tune_scaled_mm.py --kind blockwise): the deep-K layer at
-  // M = 4096 / 8192, 0.85 / 0.87x our per-token GEMM with 4 against 0.83 / 0.83 with 1. (2x1 and
-  // 1x2 clusters were tried too: never better than noise, so not kept.)
-  if (deep_k && p.m >= 4096) return 4;
-  return 1;
+  return p.m >= 1024 ? 4 : 1;
 }
 
 size_t fp8_blockwise_mm_workspace(const BlockwiseMmParams& p) {

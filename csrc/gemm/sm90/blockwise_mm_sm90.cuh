@@ -2,12 +2,14 @@
 // CUTLASS 3.x sm90a GEMM with DeepSeek-style block scales (fp8_blockwise_scaled_mm):
 // A [M, K] with one fp32 scale per 1x128 block (scales_a, M-major), W [N, K] with one per
 // 128x128 block (scales_b, K-major). The mainloop promotes each 128-deep k-block's partial sums
-// into the fp32 accumulator with scales_a[m, kb] * scales_b[kb, n / 128] (CUTLASS's
-// FP8 blockwise schedules); the epilogue only rounds to the output type.
+// into the fp32 accumulator with scales_a[m, kb] * scales_b[kb, n / 128] (CUTLASS's FP8
+// blockwise schedules; with kOverlap, our consumer loop that hides the promotion behind the next
+// k-block's wgmmas); the epilogue only rounds to the output type.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -25,11 +27,14 @@
 
 #include "gemm/gemm.h"
 #include "gemm/cutlass_run.cuh"
+#include "gemm/sm90/blockwise_overlap_mainloop.cuh"
 
 namespace sgl_kernel::gemm::sm90 {
 
+// kOverlap: CUTLASS's mainloop collective with its consumer loop replaced by the one of
+// blockwise_overlap_mainloop.cuh (promotion of k-tile k - 1 under the wgmmas of k-tile k).
 template <typename ElementD_, typename TileShape_, typename ClusterShape_, typename MainloopSchedule_,
-          typename EpilogueSchedule_>
+          typename EpilogueSchedule_, bool kOverlap = false>
 struct BlockwiseMmKernel {
   using ElementAB = cutlass::float_e4m3_t;
   using ElementD = ElementD_;
@@ -51,13 +56,15 @@ struct BlockwiseMmKernel {
       ElementD, cutlass::layout::RowMajor, kAlignD, EpilogueSchedule_,
       cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using CutlassMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB,
       cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, kAlignAB, ElementAB,
       cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, kAlignAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule_>::CollectiveOp;
+  using CollectiveMainloop =
+      std::conditional_t<kOverlap, OverlappedBlockwiseMainloop<CutlassMainloop>, CutlassMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                           CollectiveEpilogue, void>;
