@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(kThreads)
                            uint32_t total_vec) {         // rows * d_vec
   using V = Vec<T, kVecElems>;
   SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
   const int64_t half = static_cast<int64_t>(d_vec.divisor) * kVecElems;  // d
   V a[kUnroll], b[kUnroll];
@@ -75,7 +76,6 @@ __global__ void __launch_bounds__(kThreads)
       *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * kVecElems) = o;
     }
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Scalar path: any d, any alignment, any size (64-bit indices, grid-stride loop).
@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(kThreads)
                               const T* __restrict__ input,  // [rows, 2 * d]
                               int64_t d, int64_t total) {   // total = rows * d
   SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total; i += stride) {
     const int64_t row = i / d;
@@ -92,7 +93,6 @@ __global__ void __launch_bounds__(kThreads)
     const T* x = input + row * 2 * d + col;
     out[i] = from_float<T>(activate<kAct>(to_float(x[0])) * to_float(x[d]));
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 }  // namespace sgl_kernel::elementwise

@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
   SGL_PDL_WAIT();  // before any input is read (the weight included)
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   using Wd = Words<T>;
   constexpr int kPer = Wd::kPer;
   Word4 x[kVpt], w[kVpt];
@@ -97,7 +98,6 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
       }
     }
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Any hidden size and alignment: a block per row, two passes over the row.
@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
   SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   float sum_sq = 0.f;
   for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) {
     float f = to_float(in[j]);
@@ -130,7 +131,6 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
     const float wf = kGemma ? 1.0f + to_float(p.weight[j]) : to_float(p.weight[j]);
     out[j] = from_float<T>(f * r * wf);
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 template <typename T, int kVpt, bool kFused, bool kGemma>

@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kThreads)
                        const uint32_t total_vec) {     // rows * hidden / kVec
   constexpr int kVec = kVec16<T>;
   SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
   const int64_t hidden = p.hidden;
 
@@ -118,7 +119,6 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 template <typename T, QuantCode kCode, int kVpg, bool kSilu, bool kMasked, int kUnroll, LoadPolicy kLoad>

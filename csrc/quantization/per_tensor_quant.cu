@@ -77,6 +77,7 @@ template <typename T, int kElems, int kUnroll>
 __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   using V = Vec<T, kElems>;
   SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   const float inv = inverse_scale(*p.scale);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
   V x[kUnroll];
@@ -101,7 +102,6 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
       p.output_q[j] = to_code<QuantCode::kFp8>(to_float(p.input[j]) * inv, -kFp8Max, kFp8Max);
     }
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 template <typename T, int kElems, int kUnroll>

@@ -7,6 +7,18 @@
 // running: it must call SGL_PDL_WAIT() before it reads anything that kernel wrote, and
 // calls SGL_PDL_LAUNCH_DEPENDENTS() once its own dependents may start launching. Without
 // the attribute both are no-ops, and below sm90 they compile to nothing.
+//
+// Where to trigger: the dependents' griddepcontrol.wait waits for this whole grid to finish
+// and flush whatever the trigger's position, so the position only decides how much of the
+// next kernel's launch hides behind this one. Same-machine A/B on an H200 (session 8,
+// benchmark/RESULTS.md; calls in a CUDA graph): triggering right after SGL_PDL_WAIT() made
+// the decode calls (1-128 rows) of the norms, activations, norm + quant, flat group quant and
+// per-tensor code kernels 5-19 % faster (gemma_rmsnorm T=1 1.53 -> 1.29 us, silu_and_mul T=1
+// I=14336 0.98 -> 0.79) at no cost at large sizes, but made the per-token quant at 1024 rows
+// 27 % slower and the plain / masked group quant of many rows 9-13 % slower: those kernels
+// keep the trigger at their end, as do the kernels not measured that way (RoPE, KV stores,
+// gathers, copies). A variant choosing at run time (grid <= %nsmid) cost registers and lost
+// most of the gain.
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define SGL_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define SGL_PDL_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" :::)
