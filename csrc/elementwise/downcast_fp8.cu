@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t col = static_cast<int64_t>(c) * 8;
 
   SGL_PDL_WAIT();  // before any input is read
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   if (active) {
     const T* src0 = kTensors == 2 ? p.k : (is_v ? p.v : p.k);
     int64_t loc[kRows];
@@ -153,7 +154,6 @@ __global__ void __launch_bounds__(kThreads)
       store_rows(std::false_type{});
     }
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 template <typename T, int kTensors, int kRows, int kThreads, LoadPolicy kLoad, bool kFastDiv = true>

@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(kThreads)
   C* __restrict__ dst = reinterpret_cast<C*>(static_cast<char*>(p.out) + row * p.row_bytes);
 
   SGL_PDL_WAIT();  // before any input is read
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   if (i < total) {
     const TIdx* __restrict__ indices = static_cast<const TIdx*>(p.indices);  // see idx_layout
     const int64_t index = static_cast<int64_t>(__ldg(indices + strided_offset(p.idx_layout, row)));
@@ -86,7 +87,6 @@ __global__ void __launch_bounds__(kThreads)
       if (u == 0 || cc < chunks) dst[cc] = x[u];
     }
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // One launch shape: kVpt chunks per thread, kThreads per block, kLoad for the weight. Several

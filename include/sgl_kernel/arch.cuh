@@ -13,12 +13,15 @@
 // next kernel's launch hides behind this one. Same-machine A/B on an H200 (session 8,
 // benchmark/RESULTS.md; calls in a CUDA graph): triggering right after SGL_PDL_WAIT() made
 // the decode calls (1-128 rows) of the norms, activations, norm + quant, flat group quant and
-// per-tensor code kernels 5-19 % faster (gemma_rmsnorm T=1 1.53 -> 1.29 us, silu_and_mul T=1
-// I=14336 0.98 -> 0.79) at no cost at large sizes, but made the per-token quant at 1024 rows
-// 27 % slower and the plain / masked group quant of many rows 9-13 % slower: those kernels
-// keep the trigger at their end, as do the kernels not measured that way (RoPE, KV stores,
-// gathers, copies). A variant choosing at run time (grid <= %nsmid) cost registers and lost
-// most of the gain.
+// per-tensor code kernels up to 19 % faster (gemma_rmsnorm T=1 1.53 -> 1.29 us, silu_and_mul
+// T=1 I=14336 0.98 -> 0.79; geomean over the decode rows 0.95x; two 128-row shapes up to 6 %
+// slower) and left large sizes unchanged, but made the per-token quant at 1024 rows
+// 27 % slower and the plain / masked group quant of many rows 9-13 % slower. A second A/B:
+// embedding_lookup and downcast_fp8 decode calls 9-24 % faster with it; store_kv_cache (32
+// heads, 1-16 rows: +6-13 %), concat_mla_k (128 rows: +7 %) and the fp8 decode GEMMs (no
+// gain, up to +5 %) were not. Those kernels keep the trigger at their end, as does RoPE (not
+// measured). A variant choosing at run time (grid <= %nsmid) cost registers and lost most of
+// the gain.
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define SGL_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define SGL_PDL_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" :::)
