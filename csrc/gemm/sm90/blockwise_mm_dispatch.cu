@@ -18,7 +18,7 @@ sm90::BlockwiseConfigFn pick(const BlockwiseMmParams& p) {
 // The persistent scheduler's swizzle. Session 8 sweep, with the overlapped mainloop (H100,
 // tune_scaled_mm.py --kind blockwise, 3 interleaved rounds, Llama-3-8B layers at M = 1024-8192):
 // 4 was the best swizzle at 14 of the 16 shapes and within 2% of 1 at the other two; the gain
-// grows with M (M = 8192: 6-15%). Below M = 1024 the earlier sweeps found 1 best or within noise.
+// grows with M (M = 8192: 6-15%). Below M = 1024 (few tiles per wave) no sweep was run: 1.
 int swizzle(const BlockwiseMmParams& p) {
   if (p.swizzle > 0) return p.swizzle;
   return p.m >= 1024 ? 4 : 1;
