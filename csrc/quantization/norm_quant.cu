@@ -205,6 +205,136 @@ __global__ void __launch_bounds__(256) norm_quant_scalar_kernel(const RowQuantPa
   }
 }
 
+// Decode kernel (<= 256 rows, e4m3 codes without a clamp, groups of 128, hidden a multiple of
+// 512 up to 16384, row-major fp32 or packed UE8M0 scales): a block per row, warp w holding
+// groups 4w .. 4w + 3, four elements of each per lane. A group's maximum is then one warp-wide
+// integer max (redux.sync on the bits of non-negative floats, NaN included), no shuffle tree;
+// lane k < 4 divides out group 4w + k's scale and the lanes fetch the inverses. Group width,
+// clamp and scale layout are compile-time: in the general vector kernel below, those run-time
+// choices cost ~0.3 us a call at T=1 (H200, bf16 H=4096: 1.64 us with all three fixed, 1.94
+// with all three run-time; benchmark/quantization/tune_norm_quant.cu --diag 1). This kernel:
+// 1.53 / 1.60 / 1.82 us at T=1 / 16 / 128 (general kernel 1.95 / 2.01 / 2.28).
+enum class DecodeScales { kRowF32, kPackedUe8m0 };
+constexpr int kDecodeGroup = 128;
+constexpr int kDecodeGroupsPerLane = 4;
+constexpr int kDecodeMaxThreads = 1024;
+
+template <typename T, bool kFused, DecodeScales kScales>
+__global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
+  constexpr int kElems = 4;  // elements of a group a lane holds: 8 bytes of 16-bit input, 16 of fp32
+  constexpr int kK = kDecodeGroupsPerLane;
+  using V = Vec<T, kElems>;
+  __shared__ float scratch[32];
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x;
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  auto col = [&](int k) { return (warp * kK + k) * kDecodeGroup + lane * kElems; };  // group warp * kK + k
+  const T* in = p.input + row * p.input_stride;
+  T* res = kFused ? p.residual + row * p.residual_stride : nullptr;
+  V x[kK], r[kFused ? kK : 1], w[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(in + col(k));
+  if constexpr (kFused) {
+#pragma unroll
+    for (int k = 0; k < kK; ++k) r[k] = load_vec<V>(res + col(k));
+  }
+#pragma unroll
+  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + col(k));
+  float f[kK][kElems];  // the row in fp32 (fused: the rounded sum, which is stored)
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    V sum;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      if constexpr (kFused) {
+        sum[e] = from_float<T>(to_float(x[k][e]) + to_float(r[kFused ? k : 0][e]));
+        f[k][e] = to_float(sum[e]);
+      } else {
+        f[k][e] = to_float(x[k][e]);
+      }
+      sum_sq += f[k][e] * f[k][e];
+    }
+    if constexpr (kFused) *reinterpret_cast<V*>(res + col(k)) = sum;
+  }
+  const float rstd = rsqrtf(row_group_sum(sum_sq, blockDim.x, scratch) / static_cast<float>(p.hidden) + p.rms_eps);
+
+  float y[kK][kElems];
+  uint32_t gmax[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    float amax = 0.f;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      y[k][e] = f[k][e] * rstd * to_float(w[k][e]);
+      amax = max_abs_nan(amax, y[k][e]);
+    }
+    // |y| and NaN are non-negative floats: their order is the unsigned order of their bits.
+    gmax[k] = __reduce_max_sync(0xffffffffu, __float_as_uint(amax));
+  }
+  // Lane j works out the scale of group k = j % kK (one division and one reciprocal a lane,
+  // not kK in sequence), stores it (lanes 0..kK-1), and the lanes fetch the kK inverses.
+  const int mine = lane & (kK - 1);
+  uint32_t m = gmax[0];
+#pragma unroll
+  for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
+  const float s = scale_from_amax(m, p.eps, p.qmax);
+  float used = s;
+  if constexpr (kScales == DecodeScales::kRowF32) {
+    if (lane < kK) static_cast<float*>(p.scales.ptr)[row * p.scales.stride_m + warp * kK + mine] = s;
+  } else {
+    // A warp's four groups fill one int32 word (byte k = group warp * 4 + k): OR the lanes'
+    // exponent bytes together and store the word once (byte stores from four lanes, as the
+    // general kernel does, measured slower at T=128).
+    static_assert(kK == 4, "one packed word a warp");
+    used = ue8m0_ceil(s);
+    const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
+    const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
+    if (lane == 0) {
+      static_cast<uint32_t*>(p.scales.ptr)[row * p.scales.stride_m + warp * p.scales.stride_g] = word;
+    }
+  }
+  const float inv = inverse_scale(used);
+  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + col(k)) =
+        to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
+  }
+}
+
+// The decode kernel when it applies (see above); cudaErrorNotSupported otherwise.
+template <typename T, QuantCode kCode>
+cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream) {
+  constexpr int kVecBytes = 4 * sizeof(T);
+  const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
+  const bool row_f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0 && p.scales.stride_g == 1;
+  auto aligned = [&](const void* ptr, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0 && stride * static_cast<int64_t>(sizeof(T)) % kVecBytes == 0;
+  };
+  if (kCode != QuantCode::kFp8 || p.rows > 256 || p.group_size != kDecodeGroup || p.hidden % per_warp != 0 ||
+      p.hidden / per_warp * 32 > kDecodeMaxThreads || needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) ||
+      (!row_f32 && !p.scales.packed_ue8m0) || !aligned(p.input, p.input_stride) || !aligned(p.weight, 0) ||
+      (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
+      reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
+    return cudaErrorNotSupported;
+  }
+  const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(p.hidden / per_warp * 32));
+  const bool fused = p.residual != nullptr;
+  if (row_f32) {
+    return fused ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32>, grid, block, 0, stream,
+                                 p.enable_pdl, p)
+                 : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32>, grid, block, 0, stream,
+                                 p.enable_pdl, p);
+  }
+  return fused ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0>, grid, block, 0, stream,
+                               p.enable_pdl, p)
+               : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0>, grid, block, 0, stream,
+                               p.enable_pdl, p);
+}
+
 template <typename T, QuantCode kCode, int kVpt, int kMaxRegs, bool kFused, bool kNorm = true>
 cudaError_t launch_norm_vec(const RowQuantParams<T>& p, int tpr, int block_threads, int vpg_log2,
                             cudaStream_t stream) {
@@ -272,6 +402,10 @@ cudaError_t launch_norm_code(const RowQuantParams<T>& p, cudaStream_t stream) {
                       p.group_size / kVec <= 32 && rows_aligned16(p.input, p.input_stride, sizeof(T)) &&
                       rows_aligned16(p.output_q, p.hidden, 1) && is_aligned16(p.weight) &&
                       (!fused || rows_aligned16(p.residual, p.residual_stride, sizeof(T)));
+  if constexpr (kCode == QuantCode::kFp8) {
+    const cudaError_t err = launch_norm_decode<T, kCode>(p, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   if (vec_ok) {
     const int hv = static_cast<int>(p.hidden / kVec);
     const int vpg = p.group_size / kVec;

@@ -363,6 +363,65 @@ def test_pdl_identical(op, layout, dtype, tokens, hidden, gen):
     _check(op, x0, r, w, 128, layout, x, rc, q, s)
 
 
+# The decode kernel (norm_quant.cu: <= 256 rows, group 128, e4m3 without a clamp, hidden a
+# multiple of 512 up to 16384, row-major fp32 or packed UE8M0 scales) and the shapes around
+# its limits that take the general kernel (257 rows, hidden 640 = 5 groups, 16896 > 16384).
+DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 16384), (257, 4096), (2, 640), (2, 16896)]
+
+
+@pytest.mark.parametrize("tokens, hidden", DECODE_SHAPES, ids=_shape_ids(DECODE_SHAPES))
+@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
+@pytest.mark.parametrize("op", OPS)
+def test_decode_shapes(op, dtype, layout, tokens, hidden, gen):
+    if dtype == torch.float32 and hidden > 16384:
+        pytest.skip("fp32 rows hold at most 16384 elements")
+    x, r, w = _make(op, tokens, hidden, dtype, gen)
+    _run_check(op, x, r, w, 128, FP8, layout)
+
+
+@pytest.mark.parametrize("tokens", [2, 16, 300])
+@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("op", OPS)
+def test_nonfinite_rows(op, layout, tokens, gen):
+    """A NaN or an inf in a row makes its mean square NaN or inf: the NaN row's scales are all
+    NaN (UE8M0 byte 255) and its codes NaN; the inf row's rstd is 0, so the inf element's
+    group has a NaN scale and NaN codes (inf * 0) and every other group of that row the eps
+    floor with zero codes. The other rows are untouched by either (decode and general kernel)."""
+    hidden, group = 4096, 128
+    groups = hidden // group
+    x, r, w = _make(op, tokens, hidden, torch.bfloat16, gen)
+    x[0, 5] = NAN
+    x[tokens - 1, 3 * group + 7] = float("inf")
+    if r is not None:
+        r[tokens - 1, 3 * group + 7] = 0
+    x0, r0 = x.clone(), None if r is None else r.clone()
+    q, s = _outputs(tokens, hidden, group, FP8, layout)
+    _call(op, "wrapper", x, r, q, s, w, group, layout == "col_ue8m0")
+    scales = read_scales(s, groups)
+    codes = q.view(torch.uint8) & 0x7F
+    assert bool(scales[0].isnan().all()), "NaN row: every scale NaN"
+    assert bool((codes[0] == 0x7F).all()), "NaN row: every code NaN"
+    last = scales[tokens - 1]
+    assert bool(last[3].isnan()), "inf row: the inf element's group scale NaN"
+    others = torch.cat([last[:3], last[4:]])
+    floor = ue8m0_round(torch.full_like(others, EPS / 448.0)) if layout == "col_ue8m0" else EPS / 448.0
+    torch.testing.assert_close(others, torch.as_tensor(floor, device=others.device).expand_as(others), rtol=1e-6, atol=0)
+    inf_row = codes[tokens - 1].reshape(groups, group)
+    assert int(inf_row[3, 7]) == 0x7F, "inf row: the inf element's code NaN"
+    assert bool((torch.cat([inf_row[:3], inf_row[4:]]) == 0).all()), "inf row: finite groups' codes 0"
+    if tokens > 2:
+        mid = slice(1, tokens - 1)
+        _, ref_s, _ = fused_rmsnorm_quant_ref(
+            x0[mid], w, group, RMS_EPS, EPS, FP8, layout == "col_ue8m0", residual=None if r0 is None else r0[mid]
+        )
+        if layout == "row":
+            torch.testing.assert_close(scales[mid], ref_s, rtol=1e-3, atol=0)
+        else:  # powers of two: equal, or one step apart at a rounding boundary
+            ratio = scales[mid] / ref_s
+            assert bool(((ratio == 1) | (ratio == 2) | (ratio == 0.5)).all())
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_empty(op):
     x = torch.empty((0, 256), dtype=torch.bfloat16, device="cuda")
