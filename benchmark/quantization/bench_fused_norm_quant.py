@@ -235,7 +235,7 @@ def make_check(spec: Spec):
         if out is None:  # sgl_kernel, torch, torch.compile: the fused semantics
             if spec.add and not torch.equal(x, x0):
                 return "input modified (API.md: left unchanged)"
-            return check_quant(q, scales, q_ref, s_ref, SCALE_RTOL)
+            return check_quant(q, scales, q_ref, s_ref, SCALE_RTOL, pow2=spec.ue8m0)
         if not isinstance(out, torch.Tensor):
             return f"returned {type(out).__name__}, expected None"
         # two-kernel: out is the bf16 norm; its quantisation must match the reference's
@@ -243,7 +243,7 @@ def make_check(spec: Spec):
         if msg:
             return msg
         q_ref2, s_ref2 = group_quant_ref(out, GROUP, EPS, FP8, spec.ue8m0)
-        return check_quant(q, scales, q_ref2, s_ref2, SCALE_RTOL)
+        return check_quant(q, scales, q_ref2, s_ref2, SCALE_RTOL, pow2=spec.ue8m0)
 
     return check
 
