@@ -35,6 +35,7 @@
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
+#include "sgl_kernel/runtime.h"
 #include "sgl_kernel/vec.cuh"
 #include "top_k/top_k.h"
 
@@ -533,8 +534,7 @@ constexpr int64_t kMinChunk = 8192;
 
 template <TopKOutput kMode>
 int blocks_per_row(const FastTopKParams& p, int device, int64_t smem_bytes) {
-  int major = 0, sms = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9) return 1;
+  if (device_capability(device) < 90) return 1;  // cached per device (runtime.cc)
   // The kernel's cluster code exists only in sm90+ machine code (not in, say, sm80 PTX that the
   // driver compiled for this GPU): ask which one runs.
   static const int binary_version = [] {
@@ -552,7 +552,7 @@ int blocks_per_row(const FastTopKParams& p, int device, int64_t smem_bytes) {
     if (v == 1 || v == 2 || v == 4 || v == 8) cs = v;
   }
   if (cs == 0) {
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 1;
+    const int sms = device_sm_count(device);
     cs = 1;
     while (cs < 8) {
       const int next = 2 * cs;
