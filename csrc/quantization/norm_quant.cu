@@ -366,8 +366,9 @@ cudaError_t launch_norm_shape(const RowQuantParams<T>& p, const NormQuantShape& 
 }
 
 // Shapes tried in order, by rows: the first whose threads per row fit runs.
-// NOTE (H200, bf16 g=128, benchmark/quantization/tune_norm_quant.cu): decode (<= 256 rows): 2
-// vectors a lane (fused_rmsnorm_quant H=4096 T=1/16/128 1.90/1.97/2.23 us; 1 vector 1.91/1.99/
+// NOTE (H200, bf16 g=128, benchmark/quantization/tune_norm_quant.cu): decode (<= 256 rows that
+// the decode kernel above does not take: other group sizes, a clamp, column-major fp32 scales,
+// int8 codes, other hidden sizes): 2 vectors a lane (fused_rmsnorm_quant H=4096 T=1/16/128 1.90/1.97/2.23 us; 1 vector 1.91/1.99/
 // 2.25, 4 vectors 2.07/2.16/2.41; H=7168 2.36/2.43/2.71, 1 vector 2.49/2.56/2.91). Many rows:
 // 8 vectors a lane under 128 registers in 128-thread blocks (H=4096 T=32768 125.8 us, 4
 // vectors / 256-thread blocks 128.6; fused add 229.4 against 229.0; H=7168 238.7 / 241.3);
