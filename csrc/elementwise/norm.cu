@@ -9,7 +9,8 @@
 // power of two below 32 or a multiple of 32) owns one row and keeps it in registers, kVpt
 // 16-byte vectors per thread (compile time), so the row is read once and written once; groups
 // narrower than 128 threads share a block (threadIdx.y picks the group). Otherwise a
-// block-per-row scalar path re-reads the row (from L2).
+// block-per-row scalar path re-reads the row (from L2). Decode batches (<= 256 rows) of
+// hidden sizes that are multiples of 512 take a kernel of their own (rmsnorm_decode_kernel).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -100,6 +101,50 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   }
 }
 
+// Decode kernel (<= 256 rows, hidden a multiple of 512 up to 8192 (fused: 7168), pointers and
+// row strides aligned to 4 elements): a block per row in the decode layout of sgl_kernel/row_norm.cuh
+// (warp w: four 128-element chunks, 8-byte vectors of 16-bit types, 16-byte of fp32).
+// NOTE (H200, bf16, PDL on; benchmark/quantization/tune_norm_quant.cu --norms 1, "n4k4"
+// against "rmsnorm" = the vector kernel below): rmsnorm T=1/16/128 H=4096 1.18/1.25/1.57 us
+// (1.27/1.34/1.70), H=7168 1.49/1.58/2.03 (1.56/1.62/2.13), H=8192 1.52/1.63/2.14 (1.57/1.67/
+// 2.23); fused H=4096 1.37/1.51/1.85 (1.48/1.62/1.96), H=8192 1.85/2.07/2.57 (1.81/2.05/2.59).
+// The fused op at H=8192 is no faster here, and bench_norm.py measured it slower (T=1/16/128
+// 2.00/2.13/2.70 us against 1.83/2.06/2.67 for the vector kernel), so the fused op takes this
+// kernel up to H=7168 and the plain one up to H=8192 (larger rows were not measured).
+// 16-byte vectors with four chunks a warp ("n8k4") were 0.05-0.09 us faster for rmsnorm at
+// H=8192 and slower elsewhere; splitting a row over a 2-8 CTA cluster cost more in cluster
+// barriers than it saved below H=8192 (fused H=8192 T=1 1.58 with 8 CTAs).
+constexpr int kDecodeElems = 4, kDecodeChunks = 4;  // per lane: 4 chunks of 4 elements
+constexpr int kDecodeRowElems = 32 * kDecodeElems * kDecodeChunks;  // a warp's share of a row: 512
+constexpr int64_t kDecodeMaxHidden[2] = {8192, 7168};  // [fused]
+
+template <typename T, bool kFused, bool kGemma>
+__global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
+  constexpr int kE = kDecodeElems, kK = kDecodeChunks;
+  __shared__ float scratch[32];
+  uint32_t outer, inner;
+  rows_inner.divmod(blockIdx.x, outer, inner);
+  const T* in = p.input + row_offset(p.input_rows, outer, inner);
+  T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
+  T* out = p.out + row_offset(p.out_rows, outer, inner);
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  float f[kK][kE];
+  Vec<T, kE> w[kK];
+  const float sum_sq = decode_row_load<T, kE, kK, kFused>(in, res, p.weight, f, w, scratch);
+  const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    Vec<T, kE> o;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const float g = to_float(w[k][e]);
+      o[e] = from_float<T>(f[k][e] * scale * (kGemma ? 1.0f + g : g));
+    }
+    *reinterpret_cast<Vec<T, kE>*>(out + decode_col<kE, kK>(k)) = o;
+  }
+}
+
 // Any hidden size and alignment: a block per row, two passes over the row.
 template <typename T, bool kFused, bool kGemma>
 __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
@@ -144,7 +189,8 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
 // NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu, /work/.device/1 run):
-// - decode, rows <= 256: 4 vectors per lane ("g v4 pre reg96"): H=4096 rmsnorm T=1/16/128
+// - decode, rows <= 256 (where rmsnorm_decode_kernel above does not apply): 4 vectors per
+//   lane ("g v4 pre reg96"): H=4096 rmsnorm T=1/16/128
 //   1.24/1.34/1.63 us and fused 1.35/1.46/1.81 (the earlier 2-vector, 256-thread shape
 //   1.89/2.12/3.18 and 2.28/2.69/3.74 with its block barrier and late weight); 8 vectors
 //   were 1.36/1.64/1.83, 16 vectors 1.62/2.13/2.43. 2 vectors ("g v2 b256", 1.25/1.39/1.62)
@@ -187,6 +233,16 @@ template <typename T, bool kFused, bool kGemma>
 cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
   const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  auto decode_aligned = [](const void* ptr, const RowStrides& s) {
+    return reinterpret_cast<uintptr_t>(ptr) % (kDecodeElems * sizeof(T)) == 0 && aligned16(s, kDecodeElems);
+  };
+  if (p.rows <= 256 && p.hidden % kDecodeRowElems == 0 && p.hidden <= kDecodeMaxHidden[kFused] &&
+      decode_aligned(p.out, p.out_rows) && decode_aligned(p.input, p.input_rows) &&
+      decode_aligned(p.weight, RowStrides{0, 0}) && (!kFused || decode_aligned(p.residual, p.residual_rows))) {
+    return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)),
+                         dim3(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32)), 0, stream, p.enable_pdl, p,
+                         rows_inner);
+  }
   const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 4096 && is_aligned16(p.out) &&
                       is_aligned16(p.input) && is_aligned16(p.weight) && aligned16(p.out_rows, kVec) &&
                       aligned16(p.input_rows, kVec) &&

@@ -230,36 +230,14 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   const int warp = static_cast<int>(threadIdx.x >> 5);
-  auto col = [&](int k) { return (warp * kK + k) * kDecodeGroup + lane * kElems; };  // group warp * kK + k
-  const T* in = p.input + row * p.input_stride;
-  T* res = kFused ? p.residual + row * p.residual_stride : nullptr;
-  V x[kK], r[kFused ? kK : 1], w[kK];
-#pragma unroll
-  for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(in + col(k));
-  if constexpr (kFused) {
-#pragma unroll
-    for (int k = 0; k < kK; ++k) r[k] = load_vec<V>(res + col(k));
-  }
-#pragma unroll
-  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + col(k));
+  // Group warp * kK + k is this warp's chunk k (sgl_kernel/row_norm.cuh: 128-element chunks).
+  static_assert(32 * kElems == kDecodeGroup, "a chunk of the decode layout is a group");
   float f[kK][kElems];  // the row in fp32 (fused: the rounded sum, which is stored)
-  float sum_sq = 0.f;
-#pragma unroll
-  for (int k = 0; k < kK; ++k) {
-    V sum;
-#pragma unroll
-    for (int e = 0; e < kElems; ++e) {
-      if constexpr (kFused) {
-        sum[e] = from_float<T>(to_float(x[k][e]) + to_float(r[kFused ? k : 0][e]));
-        f[k][e] = to_float(sum[e]);
-      } else {
-        f[k][e] = to_float(x[k][e]);
-      }
-      sum_sq += f[k][e] * f[k][e];
-    }
-    if constexpr (kFused) *reinterpret_cast<V*>(res + col(k)) = sum;
-  }
-  const float rstd = rsqrtf(row_group_sum(sum_sq, blockDim.x, scratch) / static_cast<float>(p.hidden) + p.rms_eps);
+  V w[kK];
+  const float sum_sq = decode_row_load<T, kElems, kK, kFused>(
+      p.input + row * p.input_stride, kFused ? p.residual + row * p.residual_stride : nullptr, p.weight, f, w,
+      scratch);
+  const float rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.rms_eps);
 
   float y[kK][kElems];
   uint32_t gmax[kK];
@@ -300,7 +278,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
-    *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + col(k)) =
+    *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
         to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
   }
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
 #include "sgl_kernel/words.cuh"
 
@@ -105,6 +106,52 @@ __device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch)
     for (int i = 0; i < warps; ++i) v += mine[i];
   }
   return v;
+}
+
+// Decode row layout (one row per block, <= 256 rows): warp w holds chunks w * kK .. w * kK +
+// kK - 1 of the row, a chunk being 32 * kElems consecutive elements, kElems of each per lane,
+// loaded as one vector (kElems = 4: 8 bytes of a 16-bit type, 16 of fp32). With no run-time
+// layout choices left, the decode kernels of RMSNorm (norm.cu) and of norm + group quant
+// (norm_quant.cu) built on it beat the row-group layout above by 0.1 us (RMSNorm) to 0.4 us
+// (norm + quant) a call (H200; benchmark/quantization/tune_norm_quant.cu --norms 1 / --diag 1).
+template <int kElems, int kK>
+__device__ __forceinline__ int decode_col(int k) {
+  return (static_cast<int>(threadIdx.x >> 5) * kK + k) * (32 * kElems) + static_cast<int>(threadIdx.x & 31) * kElems;
+}
+
+// Loads this lane's part of the row (fused: input + residual rounded to T, stored back into the
+// residual) and of the weight, all loads before any store; f: the row in fp32. Returns the
+// row's sum of squares, summed over the block (every thread of the block must call it).
+template <typename T, int kElems, int kK, bool kFused>
+__device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* weight, float (&f)[kK][kElems],
+                                                 Vec<T, kElems> (&w)[kK], float* scratch) {
+  using V = Vec<T, kElems>;
+  V x[kK], r[kFused ? kK : 1];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(in + decode_col<kElems, kK>(k));
+  if constexpr (kFused) {
+#pragma unroll
+    for (int k = 0; k < kK; ++k) r[k] = load_vec<V>(res + decode_col<kElems, kK>(k));
+  }
+#pragma unroll
+  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(weight + decode_col<kElems, kK>(k));
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    V sum;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      if constexpr (kFused) {
+        sum[e] = from_float<T>(to_float(x[k][e]) + to_float(r[kFused ? k : 0][e]));
+        f[k][e] = to_float(sum[e]);
+      } else {
+        f[k][e] = to_float(x[k][e]);
+      }
+      sum_sq += f[k][e] * f[k][e];
+    }
+    if constexpr (kFused) *reinterpret_cast<V*>(res + decode_col<kElems, kK>(k)) = sum;
+  }
+  return row_group_sum(sum_sq, static_cast<int>(blockDim.x), scratch);
 }
 
 }  // namespace sgl_kernel

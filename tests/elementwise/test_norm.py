@@ -152,6 +152,21 @@ def test_correctness_fp32(op, batch, hidden, gen):
     run_and_check(op, x, w, other)
 
 
+# The decode kernel (norm.cu: <= 256 rows, hidden a multiple of 512 up to 8192, fused up to
+# 7168) at its shapes and limits, and the shapes just past them that take the other kernels
+# (257 rows, hidden 640, 8192 fused, 16384).
+DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384)]
+
+
+@GPU
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", DECODE_SHAPES, ids=_ids)
+def test_decode_shapes(op, dtype, shape, gen):
+    x, w, other = make_args(op, shape, dtype, gen)
+    run_and_check(op, x, w, other)
+
+
 @GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
