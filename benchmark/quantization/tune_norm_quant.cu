@@ -14,7 +14,8 @@
 //   /tmp/tune_norm_quant [--T 1,16,128,1024,4096,32768] [--H 4096,7168] [--op plain|add|group|all] [--diag 1]
 //                        [--layout row|packed]
 //
-// "rmsnorm" times launch_rmsnorm alone (the norm without the quantization); --diag 1 adds the
+// "rmsnorm" times launch_rmsnorm alone (the norm without the quantization; fused_add_rmsnorm
+// for the add op); --norms 1 adds decode_norm_kernel's shapes (below); --diag 1 adds the
 // stage-cut rows of diag_kernel (below) to the plain op. --layout packed: the fused rows write
 // column-major packed UE8M0 scales (the diag and 2-kernel rows stay row-major: ignore their
 // checks there).
@@ -36,6 +37,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <cooperative_groups.h>
 
 #include "../../csrc/quantization/norm_quant.cu"
 #include "elementwise/elementwise.h"
@@ -226,6 +229,72 @@ Variant diag_variant(int64_t rows, int64_t hidden) {
   return v;
 }
 
+// RMSNorm alone in the decode kernel's shape (norm_quant.cu: a block per row, warp w holding
+// kK consecutive 128-element chunks, kElems elements of each per lane, loaded as kElems * 2
+// byte vectors), stored as bf16 (fused: residual updated in place, the norm into b.x, as
+// fused_add_rmsnorm). Rows "nEkK": against production's rmsnorm / fused_add_rmsnorm.
+// kCluster > 1: a cluster of kCluster CTAs per row, CTA c holding the c-th 1/kCluster of it;
+// the CTAs' partial sums of squares are added through distributed shared memory (every CTA
+// in rank order, so all get the same rstd).
+template <int kElems, int kK, bool kFused, int kCluster = 1>
+__global__ void __launch_bounds__(1024) decode_norm_kernel(const T* in, T* res, const T* weight, T* out,
+                                                           int64_t hidden, float eps) {
+  using V = Vec<T, kElems>;
+  __shared__ float scratch[32];
+  __shared__ float partial;
+  const int64_t row = blockIdx.x / kCluster;
+  const int64_t part = (blockIdx.x % kCluster) * (hidden / kCluster);
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  in += row * hidden + part;
+  out += row * hidden + part;
+  weight += part;
+  if (kFused) res += row * hidden + part;
+  float f[kK][kElems];
+  V w[kK];
+  float total = decode_row_load<T, kElems, kK, kFused>(in, res, weight, f, w, scratch);
+  if constexpr (kCluster > 1) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) partial = total;
+    cluster.sync();
+    total = 0.f;
+#pragma unroll
+    for (int c = 0; c < kCluster; ++c) total += *cluster.map_shared_rank(&partial, c);
+    // (no CTA may leave before the others have read its partial: see the end)
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  }
+  const float rstd = rsqrtf(total / static_cast<float>(hidden) + eps);
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    V o;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) o[e] = from_float<T>(f[k][e] * rstd * to_float(w[k][e]));
+    *reinterpret_cast<V*>(out + decode_col<kElems, kK>(k)) = o;
+  }
+  if constexpr (kCluster > 1) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+template <int kElems, int kK, int kCluster = 1>
+Variant decode_norm_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = (kCluster > 1 ? "c" + std::to_string(kCluster) : std::string()) + "n" + std::to_string(kElems) + "k" +
+           std::to_string(kK);
+  for (int a = 0; a < 2; ++a) {
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      const int64_t per_warp = 32 * kElems * kK * kCluster;
+      if (hidden % per_warp != 0 || hidden / per_warp > 32) return cudaErrorNotSupported;
+      const dim3 grid(static_cast<uint32_t>(rows * kCluster)), block(static_cast<uint32_t>(hidden / per_warp * 32));
+      return a ? launch_kernel_clustered(decode_norm_kernel<kElems, kK, true, kCluster>, grid, block, 0, s, true,
+                                         kCluster, b.x, b.res, b.w, b.x, hidden, 1e-6f)
+               : launch_kernel_clustered(decode_norm_kernel<kElems, kK, false, kCluster>, grid, block, 0, s, true,
+                                         kCluster, b.x, b.res, b.w, b.tmp, hidden, 1e-6f);
+    };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  return v;
+}
+
 cudaError_t group_quant(const Set& b, const T* in, int64_t rows, int64_t hidden, cudaStream_t s) {
   GroupQuantParams<T> gp{};
   gp.input = in;
@@ -261,11 +330,12 @@ cudaError_t group_quant_flat(const Set& b, int64_t rows, int64_t hidden, cudaStr
 int run(int argc, char** argv) {
   std::vector<int64_t> Ts = {1, 16, 128, 1024, 4096, 32768}, Hs = {4096, 7168};
   int ops = 7;
-  bool diag = false;
+  bool diag = false, norms = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--T")) Ts = parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--H")) Hs = parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--diag")) diag = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--norms")) norms = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--layout")) g_packed = !std::strcmp(argv[i + 1], "packed");
     if (!std::strcmp(argv[i], "--op")) {
       const char* o = argv[i + 1];
@@ -360,8 +430,26 @@ int run(int argc, char** argv) {
             T* y = nullptr;
             return rmsnorm(b, false, s, &y);
           };
-          norm.fused[1] = norm.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+          norm.fused[1] = [=](const Set& b, cudaStream_t s) {
+            T* y = nullptr;
+            return rmsnorm(b, true, s, &y);
+          };
+          norm.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
           vs.push_back(norm);
+        }
+        if (norms) {
+          vs.push_back(decode_norm_variant<4, 4>(Tn, H));
+          vs.push_back(decode_norm_variant<4, 8>(Tn, H));
+          vs.push_back(decode_norm_variant<8, 2>(Tn, H));
+          vs.push_back(decode_norm_variant<8, 4>(Tn, H));
+          vs.push_back(decode_norm_variant<8, 1>(Tn, H));
+          vs.push_back(decode_norm_variant<4, 2>(Tn, H));
+          vs.push_back(decode_norm_variant<4, 4, 2>(Tn, H));
+          vs.push_back(decode_norm_variant<4, 4, 4>(Tn, H));
+          vs.push_back(decode_norm_variant<8, 2, 2>(Tn, H));
+          vs.push_back(decode_norm_variant<8, 2, 4>(Tn, H));
+          vs.push_back(decode_norm_variant<4, 2, 4>(Tn, H));
+          vs.push_back(decode_norm_variant<8, 1, 8>(Tn, H));
         }
         if (diag) {
           vs.push_back(diag_variant<2, 64, 0>(Tn, H));
