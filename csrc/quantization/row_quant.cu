@@ -40,21 +40,22 @@ constexpr int min_blocks_per_sm() {
 }
 
 // Maximum (of float bits, abs_bits) over the kThreadsPerRow threads of one row (threadIdx.y
-// selects the row). Contains __syncthreads() when a row spans several warps: every thread of
-// the block must call it, once per kernel (the scratch is not reused).
+// selects the row; whole warps). The bits of |x| (and of NaN) order as unsigned integers, so a
+// warp's maximum is one redux.sync instead of a five-step shuffle tree. Contains
+// __syncthreads() when a row spans several warps: every thread of the block must call it, once
+// per kernel (the scratch is not reused).
 template <int kThreadsPerRow>
 __device__ __forceinline__ uint32_t row_max_bits(uint32_t v, uint32_t* scratch) {
-  v = group_max_bits<std::min(kThreadsPerRow, 32)>(v);
+  static_assert(kThreadsPerRow % 32 == 0, "whole warps per row");
+  v = __reduce_max_sync(0xffffffffu, v);
   if constexpr (kThreadsPerRow > 32) {
     constexpr int kWarps = kThreadsPerRow / 32;
     uint32_t* mine = scratch + threadIdx.y * kWarps;
     if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
     __syncthreads();
-    // Each warp reduces the partials with shuffles (a serial loop over 16-32 partials costs a
+    // Every warp reduces the partials itself (a serial loop over 16-32 partials costs a
     // shared-memory round trip each).
-    const int lane = threadIdx.x & 31;
-    v = group_max_bits<kWarps>(lane < kWarps ? mine[lane] : 0u);
-    v = __shfl_sync(0xffffffffu, v, 0);
+    v = __reduce_max_sync(0xffffffffu, (threadIdx.x & 31) < kWarps ? mine[threadIdx.x & 31] : 0u);
   }
   return v;
 }
