@@ -2,8 +2,10 @@
 // sgl_per_token_group_quant_8bit (v1 and v2): per-token-group 8-bit quantization, optionally
 // fused with silu_and_mul and with the masked (expert-parallel MoE) 3-D input.
 //
-// Calls of more than 256 rows without the fused SiLU (plain or masked) go to the row kernel
-// of norm_quant.cu (launch_row_group_quant), faster there; the kernel below serves the rest.
+// Calls without the fused SiLU go to norm_quant.cu (launch_row_group_quant) where its kernels
+// apply: the row kernel above 256 rows (plain or masked), its decode kernel at <= 256 plain
+// rows (g=128, fp8 without a clamp, row-major or packed UE8M0 scales); the kernel below serves
+// the rest.
 //
 // The input is one flat index space of 16-byte vectors; a group (group_size elements) is
 // kVpg consecutive vectors, held by kVpg consecutive lanes of one warp, so its maximum is a
@@ -211,9 +213,10 @@ cudaError_t launch_group_quant(QuantCode code, const GroupQuantParams<T>& p, cud
   const int64_t total = p.rows * (p.hidden / kVec);
   if (total > int64_t{0xffffffff} - 4 * kThreads) return cudaErrorInvalidValue;
   const uint32_t total_vec = static_cast<uint32_t>(total);
-  if (!p.fuse_silu_and_mul && p.rows > 256) {
-    // Many plain rows: the row kernel (norm_quant.cu) holds a row per thread group and forms
-    // one scale per lane instead of one per vector; masked-out rows leave at once.
+  if (!p.fuse_silu_and_mul) {
+    // Many rows: the row kernel (norm_quant.cu) holds a row per thread group and forms one
+    // scale per lane instead of one per vector; masked-out rows leave at once. Decode sizes:
+    // its decode kernel (one redux.sync per group maximum, compile-time layout).
     RowQuantParams<T> rp{};
     rp.input = p.input;
     rp.output_q = p.output_q;

@@ -89,9 +89,10 @@ template <typename T>
 cudaError_t launch_norm_quant(QuantCode code, const RowQuantParams<T>& params, cudaStream_t stream);
 
 // Kernel-side only (launch_group_quant calls it): the plain (optionally masked) per-token-group
-// quantization of many contiguous rows on the row kernel of launch_norm_quant, with weight and
-// residual null; cudaErrorNotSupported where that kernel does not apply (<= 256 rows,
-// unaligned rows, groups of more than 32 vectors), and the caller falls back to its own kernel.
+// quantization of contiguous rows on the kernels of launch_norm_quant, with weight and residual
+// null: the row kernel above 256 rows, the decode kernel at <= 256 plain rows where it applies;
+// cudaErrorNotSupported elsewhere (masked or int8 at <= 256 rows, unaligned rows, groups of
+// more than 32 vectors, ...), and the caller falls back to its own kernel.
 template <typename T>
 cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& params, cudaStream_t stream);
 
