@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // fused_rmsnorm_quant / fused_add_rmsnorm_quant: RMSNorm of a row (after the residual add),
 // then one scale per group of the normalised row and its 8-bit codes, one pass over memory.
-// The same kernel without the norm serves sgl_per_token_group_quant_8bit for many plain or
-// masked rows (launch_row_group_quant, called by group_quant.cu).
+// The same kernels without the norm serve sgl_per_token_group_quant_8bit: the vector kernel
+// for many plain or masked rows, the decode kernel for <= 256 plain rows where it applies
+// (launch_row_group_quant, called by group_quant.cu).
 //
 // Vector path (hidden % kVec == 0, 16-byte aligned rows and weight, a group of at most 32
 // vectors): a row group of `tpr` threads (threadIdx.x) owns a row and keeps it in registers
