@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pieces shared by the standalone launch-shape sweeps (benchmark/*/tune_*.cu, no torch): the
-// checked CUDA call with a context string, the median, list parsing, the device line and the
-// device-copy bandwidth that the sweeps print for reference. Header-only, so each sweep still
+// checked CUDA call with a context string, the median, list parsing, the device line, the
+// device-copy bandwidth that the sweeps print for reference, and the CUDA-graph timing of
+// benchmark/harness.py (graph_us). Header-only, so each sweep still
 // builds with one nvcc command.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +89,55 @@ inline double copy_gbps(cudaStream_t s) {
   CK(cudaFree(a));
   CK(cudaFree(b));
   return gbps;
+}
+
+// benchmark/harness.py's timing of one call: call(i) (i = 0, 1, ...: the call picks its
+// buffer set) is estimated eagerly, then captured `calls` times in a CUDA graph (100 when
+// hot, else enough for ~2 ms, a multiple of nsets), and the median replay time over 8-40
+// replays is returned per call, in microseconds.
+template <typename Call>
+inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) call(i);
+  CK(cudaStreamSynchronize(s));
+  CK(cudaEventRecord(e0, s));
+  for (int i = 0; i < 3; ++i) call(i);
+  CK(cudaEventRecord(e1, s));
+  CK(cudaEventSynchronize(e1));
+  float est_ms = 0.f;
+  CK(cudaEventElapsedTime(&est_ms, e0, e1));
+  est_ms = std::max(est_ms / 3, 1e-3f);
+  int calls = 100;
+  if (!hot) {
+    calls = std::min(100, std::max(2, int(std::ceil(2.0f / est_ms))));
+    calls = (calls + nsets - 1) / nsets * nsets;
+  }
+  const int reps = std::min(40, std::max(8, int(40.0f / (calls * est_ms))));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) call(i);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  std::vector<float> ts;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(e0, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms * 1e3f / calls);
+  }
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return median(ts);
 }
 
 }  // namespace tune_common

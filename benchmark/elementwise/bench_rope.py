@@ -7,7 +7,9 @@ apply_rope_with_cos_sin_cache_inplace when flashinfer is importable.
     python benchmark/elementwise/bench_rope.py --out bench_out [--quick] [--ops OP ...] [--no-compile]
 
 Ops (labels): rope (NeoX), rope_gptj (GPT-J, interleaved), rope_kv (NeoX with the fused
-KV-cache write). Every case: 32 q heads, 8 k heads (8 v heads with the KV write), q, k and v
+KV-cache write), rope_pdl (NeoX with enable_pdl=True: the wrapper's default turns PDL on
+only with the fused KV write, API.md; an engine that captures decode steps in a CUDA graph
+opts in, as rope_kv gets by default). Every case: 32 q heads, 8 k heads (8 v heads with the KV write), q, k and v
 separate contiguous tensors, positions int64 and in range.
 
 Bytes per call: q and k read and written (2 * T * (32 + 8) * D * elt); with the KV write also
@@ -33,7 +35,7 @@ from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
 from tests.elementwise.ref_rope import expected_rope, rope_torch  # noqa: E402
 from tests.tolerances import elementwise_tol  # noqa: E402
 
-OPS = ("rope", "rope_gptj", "rope_kv")
+OPS = ("rope", "rope_gptj", "rope_kv", "rope_pdl")
 HQ, HK = 32, 8  # Llama-3-8B-like GQA
 
 try:
@@ -62,7 +64,8 @@ def shapes(quick: bool):
         ]
     out = [("rope", bf16, t, 128, 128) for t in (1, 16, 128, 1024, 4096, 32768)]
     out += [("rope_kv", bf16, t, 128, 128) for t in (1, 16, 128, 4096, 32768)]
-    out += [("rope_gptj", bf16, t, 128, 128) for t in (1, 128, 4096, 32768)]
+    out += [("rope_gptj", bf16, t, 128, 128) for t in (1, 16, 128, 4096, 32768)]
+    out += [("rope_pdl", bf16, t, 128, 128) for t in (1, 16, 128)]
     out += [
         ("rope", bf16, 4096, 128, 64),  # partial rotary
         ("rope", bf16, 4096, 64, 64),
@@ -157,6 +160,8 @@ def build(args: argparse.Namespace) -> Bench:
             raise RuntimeError(f"import sgl_kernel failed: {_SGL_IMPORT_ERROR}")
         d, is_neox, fused = params_of(case)
         fn = sgl_kernel.apply_rope_with_cos_sin_cache_inplace
+        if case.op == "rope_pdl":
+            return with_snapshot(lambda pos, q, k, cache: fn(pos, q, k, d, cache, is_neox, enable_pdl=True))
         if not fused:
             return with_snapshot(lambda pos, q, k, cache: fn(pos, q, k, d, cache, is_neox))
         arg_type = sgl_kernel.FusedSetKVBufferArg
@@ -223,9 +228,10 @@ def build(args: argparse.Namespace) -> Bench:
         for op in ("rope", "rope_kv"):
             if op in ops:
                 bench.goal_min_speedup(op, "torch.compile", 1.0)
-    for t in (1, 16, 128):
-        if ("rope", bf16, t, 128, 128) in planned:
-            bench.goal_max_us("rope", bf16, {"T": t, "D": 128, "R": 128}, max_us=2.0)
+    for op in OPS:
+        for t in (1, 16, 128):
+            if (op, bf16, t, 128, 128) in planned:
+                bench.goal_max_us(op, bf16, {"T": t, "D": 128, "R": 128}, max_us=2.0)
     return bench
 
 

@@ -3,21 +3,25 @@
 // fused write of the rotated key and of the value into a KV cache.
 //
 // Memory bound: every element of q and k is read and written once, and the cos/sin row of a
-// token is shared by all its heads. A head of D elements is cut into D / 16 units of two
-// 16-byte vectors x0, x1 (8 fp16/bf16 elements each); with R the rotary dimension:
+// token is shared by all its heads. A lane handles two 16-byte vectors x0, x1 (8 fp16/bf16
+// elements each) of a head, its "unit" u; with R the rotary dimension and U the units a head
+// is cut into (R / 16 in place without the KV write, else D / 16):
 //
-//   rotary unit u < R / 16, NeoX    x0 = x[8u, 8u + 8),   x1 = x[R/2 + 8u, R/2 + 8u + 8)
-//                                   pair e < 8: (x0[e], x1[e]), frequency j = 8u + e
-//   rotary unit u < R / 16, GPT-J   x0 = x[16u, 16u + 8), x1 = x[16u + 8, 16u + 16)
-//                                   pairs (x[2j], x[2j + 1]), frequencies j = 8u .. 8u + 7
-//   pass unit u >= R / 16           x0 = x[16u, 16u + 8), x1 = x[16u + 8, 16u + 16), unchanged
+//   NeoX, rotary unit u < R / 16   x0 = x[8u, 8u + 8),   x1 = x[R/2 + 8u, R/2 + 8u + 8)
+//                                  pair e < 8: (x0[e], x1[e]), frequency j = 8u + e
+//   NeoX, pass unit u >= R / 16    x0 = x[16u, 16u + 8), x1 = x[16u + 8, 16u + 16), unchanged
+//   GPT-J                          x0 = vector u, x1 = vector u + U (vector v = x[8v, 8v + 8)),
+//                                  pairs (x[2j], x[2j + 1]), frequencies 4v .. 4v + 3 of
+//                                  vector v, rotary when v < R / 8, else unchanged
 //
-// Both styles need cos/sin[8u, 8u + 8) for unit u. A warp works on one token: lane = slot *
-// units + u, so a lane keeps one unit index for every head it visits and loads its 16 cos/sin
-// values once per token. The heads of the token (q, then k, then v when the KV write is fused)
-// are visited in steps of `slots` heads; a warp covers `steps` of them, and a token gets
-// `chunks` warps (more warps per token when there are few tokens, so decode shapes still
-// spread over many SMs).
+// so that the lanes of a warp read contiguous 16-byte pieces in both styles (GPT-J with x0 =
+// x[16u, 16u + 8), x1 = x[16u + 8, 16u + 16) read half of each 32-byte sector per load:
+// 4.40 -> 2.06 us at T=128 and 258 -> 241 us at T=32768 on an H100, tune_rope.cu). A warp
+// works on one token: lane = slot * units + u, so a lane keeps one unit for every head it
+// visits and loads its 16 cos/sin values once per token. The heads of the token (q, then k,
+// then v when the KV write is fused) are visited in steps of `slots` heads; a warp covers
+// `steps` of them, and a token gets `chunks` warps (more warps per token when there are few
+// tokens, so decode shapes still spread over many SMs).
 #include <algorithm>
 #include <cstdint>
 
@@ -35,9 +39,8 @@ constexpr int kWarpSize = 32;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kUnitElems = 16;  // two 16-byte vectors of fp16/bf16
-// Heads a lane loads before it computes: 2 * kBatch 16-byte loads in flight per lane. With 4,
-// ptxas (13.0, sm_90a) gives the kernel 100 registers: 16 resident warps per SM, 128 loads in
-// flight per SM. Not yet tuned on a GPU.
+// Heads a lane loads before it computes: 2 * kBatch 16-byte loads in flight per lane (ptxas
+// 13.0, sm_90a: 74-80 registers).
 constexpr int kBatch = 4;
 // Warps to aim for when there are few tokens (a token then gets several warps): about four
 // waves of 132 SMs x 16 warps. Not yet tuned on a GPU.
@@ -109,16 +112,50 @@ __device__ __forceinline__ void store_at(T* row, int e, const V<T>& x) {
   store16(reinterpret_cast<typename Pair<T>::type*>(row + e), x);
 }
 
+// The cos/sin values of a lane (c[e], s[e]: frequency of x0's pair e for NeoX; GPT-J:
+// c[0..3] for the pairs of x0, c[4..7] for those of x1), left unset where not rotary.
+template <bool kInterleave>
+__device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int a, int b, bool rot0, bool rot1,
+                                             float (&c)[8], float (&s)[8]) {
+  // NeoX: a = 8u, b = 8u + 4 (one rotary flag); GPT-J: a = 4 * (vector of x0), b = 4 * (vector of x1).
+  if (rot0) {
+    const Vec<float, 4> c0 = load_vec<Vec<float, 4>>(row + a);
+    const Vec<float, 4> s0 = load_vec<Vec<float, 4>>(row + rot_half + a);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      c[e] = c0[e];
+      s[e] = s0[e];
+    }
+  }
+  if (rot1) {
+    const Vec<float, 4> c1 = load_vec<Vec<float, 4>>(row + b);
+    const Vec<float, 4> s1 = load_vec<Vec<float, 4>>(row + rot_half + b);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      c[e + 4] = c1[e];
+      s[e + 4] = s1[e];
+    }
+  }
+}
+
 // q/q_rope and k/k_rope may be the same memory: no __restrict__ on them. Every element is
 // read and then written by the same thread, so in place is safe.
-template <typename T, bool kInterleave, typename TPos>
+//
+// kGeneral = false: the wrapper's call without the KV write (q_rope == q, k_rope == k, no
+// v): every lane unit is rotary (units == rot_units) and the pass / KV branches compile out.
+// Measured on an H100 in a CUDA graph (benchmark/elementwise/tune_rope.cu, 32 q / 8 k heads,
+// D = R = 128, PDL on): T = 1/16/128 1.82/1.93/2.39 us with every branch kept and 64-bit warp
+// arithmetic, 1.52/1.80/2.14 without ("v u32").
+template <typename T, bool kInterleave, typename TPos, bool kGeneral>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");
   SGL_PDL_WAIT();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
-  const int64_t token = warp / l.chunks;
-  const int chunk = static_cast<int>(warp - token * l.chunks);
+  // 32-bit: the launcher keeps nnz * chunks below 2^32.
+  const uint32_t warp = blockIdx.x * kWarps + threadIdx.x / kWarpSize;
+  const uint32_t token32 = warp / static_cast<uint32_t>(l.chunks);
+  const int chunk = static_cast<int>(warp - token32 * static_cast<uint32_t>(l.chunks));
+  const int64_t token = token32;
   const int u = lane % l.units;
   const int slot = lane / l.units;
   if (token >= p.nnz || slot >= l.slots) return;
@@ -127,39 +164,43 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
   const int64_t pos = static_cast<int64_t>(static_cast<const TPos*>(p.pos_ids)[token]);
   if (pos < 0 || pos >= p.max_pos) return;
 
-  const bool rot = u < l.rot_units;
   const int rot_half = p.rotary_dim / 2;
-  float c[8], s[8];
-  if (rot) {
-    const float* row = p.cos_sin_cache + pos * p.rotary_dim + 8 * u;  // [R/2 cos | R/2 sin]
-    const Vec<float, 4> c0 = load_vec<Vec<float, 4>>(row);
-    const Vec<float, 4> c1 = load_vec<Vec<float, 4>>(row + 4);
-    const Vec<float, 4> s0 = load_vec<Vec<float, 4>>(row + rot_half);
-    const Vec<float, 4> s1 = load_vec<Vec<float, 4>>(row + rot_half + 4);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      c[e] = c0[e];
-      c[e + 4] = c1[e];
-      s[e] = s0[e];
-      s[e + 4] = s1[e];
-    }
+  // x0 / x1 element offsets in a head and whether each is rotary. NeoX: the unit's two halves
+  // (pass units: 16 consecutive elements). GPT-J: vectors u and u + units, so that a warp's
+  // loads read contiguous 16-byte pieces; vector v is rotary when v < R / 8.
+  int off0, off1;
+  bool rot0, rot1;
+  if constexpr (kInterleave) {
+    off0 = 8 * u;
+    off1 = 8 * (u + l.units);
+    rot0 = !kGeneral || 8 * u < p.rotary_dim;
+    rot1 = !kGeneral || 8 * (u + l.units) < p.rotary_dim;
   } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) c[e] = s[e] = 0.f;
+    rot0 = rot1 = !kGeneral || u < l.rot_units;
+    off0 = rot0 ? 8 * u : kUnitElems * u;
+    off1 = rot0 ? rot_half + 8 * u : kUnitElems * u + 8;
   }
+  float c[8], s[8];
+  const float* cs_row = p.cos_sin_cache + pos * p.rotary_dim;  // [R/2 cos | R/2 sin]
+  if constexpr (kInterleave) {
+    load_cos_sin<true>(cs_row, rot_half, off0 / 2, off1 / 2, rot0, rot1, c, s);
+  } else {
+    load_cos_sin<false>(cs_row, rot_half, 8 * u, 8 * u + 4, rot0, rot0, c, s);
+  }
+  // rot0 is true whenever rot1 is: "the lane rotates something".
+  const bool rot = rot0;
 
   // The fused KV write; a cache location outside a buffer skips that buffer's row.
   bool write_kb = false, write_vb = false;
   int64_t loc = 0;
-  if (p.v != nullptr) {
+  if (kGeneral && p.v != nullptr) {
     loc = p.kv_cache_loc[token];
     write_kb = loc >= 0 && loc < p.k_buffer_rows;
     write_vb = loc >= 0 && loc < p.v_buffer_rows;
   }
+  const bool q_pass = kGeneral && l.q_pass;
+  const bool k_pass = kGeneral && l.k_pass;
 
-  // Element offsets of x0 and x1 inside a head.
-  const int off0 = (rot && !kInterleave) ? 8 * u : kUnitElems * u;
-  const int off1 = (rot && !kInterleave) ? rot_half + 8 * u : kUnitElems * u + 8;
   const int hq = p.num_q_heads;
   const int hqk = hq + p.num_k_heads;
   const int first_step = chunk * l.steps;
@@ -173,9 +214,9 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
       const T* src = nullptr;
       if (i0 + b < l.steps && h < l.total_heads) {
         if (h < hq) {
-          if (rot || l.q_pass) src = p.q + token * p.q_stride_n + h * p.q_stride_h;
+          if (rot || q_pass) src = p.q + token * p.q_stride_n + h * p.q_stride_h;
         } else if (h < hqk) {
-          if (rot || l.k_pass || write_kb) src = p.k + token * p.k_stride_n + (h - hq) * p.k_stride_h;
+          if (rot || k_pass || write_kb) src = p.k + token * p.k_stride_n + (h - hq) * p.k_stride_h;
         } else if (write_vb) {
           src = p.v + token * p.v_stride_n + (h - hqk) * p.v_stride_h;
         }
@@ -190,11 +231,11 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
     for (int b = 0; b < kBatch; ++b) {
       if (!active[b]) continue;
       const int h = (first_step + i0 + b) * l.slots + slot;
-      if (h < hqk && rot) {
+      if (h < hqk) {
         if constexpr (kInterleave) {
-          rotate_pairs<T>(x0[b], c, s, 0);
-          rotate_pairs<T>(x1[b], c, s, 4);
-        } else {
+          if (rot0) rotate_pairs<T>(x0[b], c, s, 0);
+          if (rot1) rotate_pairs<T>(x1[b], c, s, 4);
+        } else if (rot0) {
           rotate_halves<T>(x0[b], x1[b], c, s);
         }
       }
@@ -204,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
         store_at(dst, off1, x1[b]);
       } else if (h < hqk) {
         const int kh = h - hq;
-        if (rot || l.k_pass) {
+        if (rot || k_pass) {
           T* dst = p.k_rope + token * p.k_rope_stride_n + kh * p.k_rope_stride_h;
           store_at(dst, off0, x0[b]);
           store_at(dst, off1, x1[b]);
@@ -214,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
           store_at(dst, off0, x0[b]);
           store_at(dst, off1, x1[b]);
         }
-      } else {
+      } else if (kGeneral) {
         T* dst = p.v_buffer + loc * p.v_buffer_stride_n + (h - hqk) * p.v_buffer_stride_h;
         store_at(dst, off0, x0[b]);
         store_at(dst, off1, x1[b]);
@@ -225,9 +266,12 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
 }
 
 template <typename T, bool kInterleave, typename TPos>
-cudaError_t launch_typed(const RopeParams<T>& p, const RopeLayout& l, uint32_t blocks, cudaStream_t stream) {
-  return launch_kernel(rope_kernel<T, kInterleave, TPos>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl,
-                       p, l);
+cudaError_t launch_typed(const RopeParams<T>& p, const RopeLayout& l, bool general, uint32_t blocks,
+                         cudaStream_t stream) {
+  return general ? launch_kernel(rope_kernel<T, kInterleave, TPos, true>, dim3(blocks), dim3(kThreads), 0, stream,
+                                 p.enable_pdl, p, l)
+                 : launch_kernel(rope_kernel<T, kInterleave, TPos, false>, dim3(blocks), dim3(kThreads), 0, stream,
+                                 p.enable_pdl, p, l);
 }
 
 }  // namespace
@@ -250,20 +294,25 @@ cudaError_t launch_rope(const RopeParams<T>& p, cudaStream_t stream) {
   l.total_heads = p.num_q_heads + p.num_k_heads + (fused ? p.num_v_heads : 0);
   if (p.nnz == 0 || l.total_heads == 0) return cudaSuccess;
   const int all_steps = ceil_div(l.total_heads, l.slots);
-  // Warps per token: one (every head, cos/sin loaded once) when there are enough tokens to
-  // fill the GPU, else enough to reach kTargetWarps warps.
+  // Warps per token: as few as kBatch steps allow when there are enough tokens to fill the
+  // GPU, else enough to reach kTargetWarps warps.
+  // At most kBatch steps a warp (one batch of loads): at 9000 and 32768 tokens (40 heads of
+  // 128, 10 steps) 4 steps a warp took 66.9 / 233.2 us against 69.6 / 239.8 for all 10 in one
+  // warp (H100, tune_rope.cu "prod s4").
   const int64_t want = std::clamp<int64_t>(ceil_div<int64_t>(kTargetWarps, p.nnz), 1, all_steps);
-  l.steps = ceil_div(all_steps, static_cast<int>(want));
+  l.steps = std::min(kBatch, ceil_div(all_steps, static_cast<int>(want)));
   l.chunks = ceil_div(all_steps, l.steps);
-  const int64_t blocks = ceil_div<int64_t>(p.nnz * l.chunks, kWarps);
-  if (blocks > int64_t{0x7fffffff}) return cudaErrorInvalidConfiguration;
-  const auto grid = static_cast<uint32_t>(blocks);
+  // The kernel's warp index is 32-bit: 2^32 warps would be 4e9 tokens at one warp each.
+  const int64_t warps = p.nnz * l.chunks;
+  if (warps + kWarps > int64_t{0xffffffff}) return cudaErrorInvalidConfiguration;
+  const auto grid = static_cast<uint32_t>(ceil_div<int64_t>(warps, kWarps));
+  const bool general = l.q_pass || l.k_pass || fused;
   if (p.interleave) {
-    return p.pos_ids_int64 ? launch_typed<T, true, int64_t>(p, l, grid, stream)
-                           : launch_typed<T, true, int32_t>(p, l, grid, stream);
+    return p.pos_ids_int64 ? launch_typed<T, true, int64_t>(p, l, general, grid, stream)
+                           : launch_typed<T, true, int32_t>(p, l, general, grid, stream);
   }
-  return p.pos_ids_int64 ? launch_typed<T, false, int64_t>(p, l, grid, stream)
-                         : launch_typed<T, false, int32_t>(p, l, grid, stream);
+  return p.pos_ids_int64 ? launch_typed<T, false, int64_t>(p, l, general, grid, stream)
+                         : launch_typed<T, false, int32_t>(p, l, general, grid, stream);
 }
 
 template cudaError_t launch_rope<half>(const RopeParams<half>&, cudaStream_t);
