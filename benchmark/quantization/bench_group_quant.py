@@ -141,7 +141,8 @@ def shapes(quick: bool):
     out = [("gq_fp8_g128", BF16, {"T": t, "H": 4096}) for t in T_ALL]
     out += [("gq_silu_g128", BF16, {"T": t, "H": 4096}) for t in (1, 128, 4096, 32768)]
     out += [("gq_fp8_g128", BF16, {"T": t, "H": 7168}) for t in (4096, 32768)]
-    out += [("gq_ue8m0_g128", BF16, {"T": t, "H": 7168}) for t in (1, 128, 4096, 32768)]
+    out += [("gq_ue8m0_g128", BF16, {"T": t, "H": 7168}) for t in (1, 16, 128, 4096, 32768)]
+    out += [("gq_fp8_g128", BF16, {"T": t, "H": 16384}) for t in (1, 16, 128)]
     for op in ("gq_fp8_g64", "gq_fp8_g32"):
         out += [(op, BF16, {"T": t, "H": 4096}) for t in (128, 32768)]
     out += [("gq_int8_g128", BF16, {"T": t, "H": 4096}) for t in (1, 32768)]

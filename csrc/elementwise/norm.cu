@@ -233,8 +233,10 @@ template <typename T, bool kFused, bool kGemma>
 cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
   const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  // The decode kernel's lanes load kDecodeElems elements at a time.
   auto decode_aligned = [](const void* ptr, const RowStrides& s) {
-    return reinterpret_cast<uintptr_t>(ptr) % (kDecodeElems * sizeof(T)) == 0 && aligned16(s, kDecodeElems);
+    constexpr int kBytes = kDecodeElems * sizeof(T);
+    return rows_aligned(ptr, s.outer, sizeof(T), kBytes) && rows_aligned(ptr, s.inner, sizeof(T), kBytes);
   };
   if (p.rows <= 256 && p.hidden % kDecodeRowElems == 0 && p.hidden <= kDecodeMaxHidden[kFused] &&
       decode_aligned(p.out, p.out_rows) && decode_aligned(p.input, p.input_rows) &&

@@ -296,17 +296,15 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   }
 }
 
-// The decode kernel when it applies (see above; without a weight: kNorm = false);
+// The decode kernel when it applies (see above; fp8 codes: the callers check; without a weight: kNorm = false);
 // cudaErrorNotSupported otherwise.
-template <typename T, QuantCode kCode>
+template <typename T>
 cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream) {
-  constexpr int kVecBytes = 4 * sizeof(T);
+  constexpr int kVecBytes = 4 * sizeof(T);  // a lane's loads: 4 elements
   const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
   const bool row_f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0 && p.scales.stride_g == 1;
-  auto aligned = [&](const void* ptr, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0 && stride * static_cast<int64_t>(sizeof(T)) % kVecBytes == 0;
-  };
-  if (kCode != QuantCode::kFp8 || p.rows > 256 || p.group_size != kDecodeGroup || p.hidden % per_warp != 0 ||
+  auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
+  if (p.rows > 256 || p.group_size != kDecodeGroup || p.hidden % per_warp != 0 ||
       p.hidden / per_warp * 32 > kDecodeMaxThreads || needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) ||
       (!row_f32 && !p.scales.packed_ue8m0) || !aligned(p.input, p.input_stride) ||
       (p.weight != nullptr && !aligned(p.weight, 0)) || (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
@@ -402,7 +400,7 @@ cudaError_t launch_norm_code(const RowQuantParams<T>& p, cudaStream_t stream) {
                       rows_aligned16(p.output_q, p.hidden, 1) && is_aligned16(p.weight) &&
                       (!fused || rows_aligned16(p.residual, p.residual_stride, sizeof(T)));
   if constexpr (kCode == QuantCode::kFp8) {
-    const cudaError_t err = launch_norm_decode<T, kCode>(p, stream);
+    const cudaError_t err = launch_norm_decode<T>(p, stream);
     if (err != cudaErrorNotSupported) return err;
   }
   if (vec_ok) {
@@ -443,10 +441,16 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
     // Decode sizes: the decode kernel without the norm where it applies (plain rows, g=128,
     // fp8 without a clamp, row-major or packed UE8M0 scales), else the caller's flat kernel.
     // NOTE (H200, bf16, bench_group_quant.py): gq_fp8_g128 H=4096 T=1/16/128 0.93/1.06/1.18 us
-    // (flat kernel: 0.99 at T=1), gq_ue8m0_g128 H=7168 T=128 1.55 (flat 2.06); but H=7168 T=1
-    // 1.25 against the flat kernel's 1.10 (one SM reads the whole row). Not tuned further.
+    // (flat kernel: 0.99 at T=1), gq_ue8m0_g128 H=7168 T=128 1.55 (flat 2.06); H=7168 T=1 1.25
+    // against the flat kernel's 1.10 (one SM reads the whole row). Crossover on an H100
+    // (tune_norm_quant.cu --op group, row-major scales, decode / flat us): H=4096 and 7168
+    // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
+    // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
+    // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
+    // to the flat kernel below 64 rows.
     if (p.masked_m != nullptr || code != QuantCode::kFp8) return cudaErrorNotSupported;
-    return launch_norm_decode<T, QuantCode::kFp8>(p, stream);
+    if (p.hidden > 8192 && p.rows < 64) return cudaErrorNotSupported;
+    return launch_norm_decode<T>(p, stream);
   }
   if (p.group_size < kVec || p.group_size % kVec != 0 || p.group_size / kVec > 32 || p.hidden % p.group_size != 0 ||
       p.hidden / kVec > 8192 || !rows_aligned16(p.input, p.input_stride, sizeof(T)) ||

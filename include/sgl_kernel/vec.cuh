@@ -30,10 +30,14 @@ __host__ __device__ inline bool is_aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
-// Rows at `ptr` with a pitch of `stride_elems` elements of `elem_bytes` bytes all start on a
-// 16-byte boundary.
+// Rows at `ptr` with a pitch of `stride_elems` elements of `elem_bytes` bytes all start on an
+// `align_bytes` boundary (a power of two).
+__host__ __device__ inline bool rows_aligned(const void* ptr, int64_t stride_elems, int elem_bytes, int align_bytes) {
+  return (reinterpret_cast<uintptr_t>(ptr) & static_cast<uintptr_t>(align_bytes - 1)) == 0 &&
+         (stride_elems * elem_bytes) % align_bytes == 0;
+}
 __host__ __device__ inline bool rows_aligned16(const void* ptr, int64_t stride_elems, int elem_bytes) {
-  return is_aligned16(ptr) && (stride_elems * elem_bytes) % 16 == 0;
+  return rows_aligned(ptr, stride_elems, elem_bytes, 16);
 }
 
 // Cache policies of 16-byte accesses (PTX cache operators / eviction priorities).
