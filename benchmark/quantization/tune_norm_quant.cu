@@ -20,9 +20,11 @@
 // column-major packed UE8M0 scales (the diag and 2-kernel rows stay row-major: ignore their
 // checks there).
 //
-// "group" times the plain per-token-group quant (launch_group_quant as "prod": the row kernel
-// with the norm compiled out above 256 rows) against the row kernel's other shapes; its check
-// reference is group_quant.cu's flat kernel.
+// "group" times the plain per-token-group quant (launch_group_quant as "prod": the row kernels
+// of norm_quant.cu with the norm compiled out, or group_quant.cu's flat kernel for rows of
+// more than 8192 elements below 64 rows) against the row kernel's other shapes; its check
+// reference is the same launcher in chunks of 256 rows, and "flat~" forces the flat kernel
+// (see group_quant below).
 //
 // Timing as benchmark/harness.py: the median per-call time over replays of a CUDA graph of
 // back-to-back launches (PDL on); calls whose buffers fit four times in L2 reuse one buffer
@@ -318,8 +320,8 @@ cudaError_t group_quant(const Set& b, const T* in, int64_t rows, int64_t hidden,
   return launch_group_quant<T>(QuantCode::kFp8, gp, s);
 }
 
-// The flat kernel of group_quant.cu, as the reference of the "group" rows: launch_group_quant
-// takes it for calls of <= 256 rows, so the rows go in chunks of 256.
+// The reference of the "group" rows: launch_group_quant in chunks of at most 256 rows (the
+// decode kernel or the flat kernel, by the row length).
 cudaError_t group_quant_flat(const Set& b, int64_t rows, int64_t hidden, cudaStream_t s) {
   for (int64_t r0 = 0; r0 < rows; r0 += 256) {
     Set c = b;
