@@ -232,6 +232,12 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int l2 = tune_common::print_device();
+  // Copies on the kernels' stream, waited for: a plain cudaMemcpy between device buffers can
+  // return before it is done and does not order against a non-blocking stream.
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    CK(cudaStreamSynchronize(s));
+  };
 
   // cos/sin cache: cos | sin halves per position, as the model's rotary embedding builds it.
   std::vector<float> h_cache(kMaxPos * R);
@@ -244,8 +250,7 @@ int main(int argc, char** argv) {
   }
   float* d_cache;
   CK(cudaMalloc(&d_cache, h_cache.size() * sizeof(float)));
-  CK(cudaMemcpyAsync(d_cache, h_cache.data(), h_cache.size() * sizeof(float), cudaMemcpyHostToDevice, s));
-      CK(cudaStreamSynchronize(s));
+  copy(d_cache, h_cache.data(), h_cache.size() * sizeof(float));
 
   std::printf("%-26s", "variant \\ T (us, GB/s)");
   for (int64_t t : Ts) std::printf(" %18ld", long(t));
@@ -277,17 +282,12 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&qb, nsets * q_elems * sizeof(T)));
     CK(cudaMalloc(&kb, nsets * k_elems * sizeof(T)));
     CK(cudaMalloc(&d_pos, Tn * sizeof(int64_t)));
-    CK(cudaMemcpyAsync(q0, h_q.data(), q_elems * sizeof(T), cudaMemcpyHostToDevice, s));
-      CK(cudaStreamSynchronize(s));
-    CK(cudaMemcpyAsync(k0, h_k.data(), k_elems * sizeof(T), cudaMemcpyHostToDevice, s));
-      CK(cudaStreamSynchronize(s));
-    CK(cudaMemcpyAsync(d_pos, h_pos.data(), Tn * sizeof(int64_t), cudaMemcpyHostToDevice, s));
-      CK(cudaStreamSynchronize(s));
+    copy(q0, h_q.data(), q_elems * sizeof(T));
+    copy(k0, h_k.data(), k_elems * sizeof(T));
+    copy(d_pos, h_pos.data(), Tn * sizeof(int64_t));
     for (int i = 0; i < nsets; ++i) {
-      CK(cudaMemcpyAsync(qb + i * q_elems, q0, q_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(kb + i * k_elems, k0, k_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
+      copy(qb + i * q_elems, q0, q_elems * sizeof(T));
+      copy(kb + i * k_elems, k0, k_elems * sizeof(T));
     }
     auto params = [&](int set, bool gptj, bool pdl) {
       P p{};
@@ -317,14 +317,10 @@ int main(int argc, char** argv) {
       CK(cudaStreamSynchronize(s));
       prod_q[gptj].resize(q_elems);
       prod_k[gptj].resize(k_elems);
-      CK(cudaMemcpyAsync(prod_q[gptj].data(), qb, q_elems * sizeof(T), cudaMemcpyDeviceToHost, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(prod_k[gptj].data(), kb, k_elems * sizeof(T), cudaMemcpyDeviceToHost, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(qb, q0, q_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(kb, k0, k_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
+      copy(prod_q[gptj].data(), qb, q_elems * sizeof(T));
+      copy(prod_k[gptj].data(), kb, k_elems * sizeof(T));
+      copy(qb, q0, q_elems * sizeof(T));
+      copy(kb, k0, k_elems * sizeof(T));
       double worst = 0;
       int64_t nbad = 0;
       for (int which = 0; which < 2; ++which) {
@@ -357,21 +353,15 @@ int main(int argc, char** argv) {
     for (size_t vi = 0; vi < vars.size(); ++vi) {
       const Variant& v = vars[vi];
       if (!selected(v)) continue;
-      CK(cudaMemcpyAsync(qb, q0, q_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(kb, k0, k_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
+      copy(qb, q0, q_elems * sizeof(T));
+      copy(kb, k0, k_elems * sizeof(T));
       CK(v.fn(params(0, v.gptj, v.pdl), s));
       CK(cudaStreamSynchronize(s));
       std::vector<T> oq(q_elems), ok(k_elems);
-      CK(cudaMemcpyAsync(oq.data(), qb, q_elems * sizeof(T), cudaMemcpyDeviceToHost, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(ok.data(), kb, k_elems * sizeof(T), cudaMemcpyDeviceToHost, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(qb, q0, q_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpyAsync(kb, k0, k_elems * sizeof(T), cudaMemcpyDeviceToDevice, s));
-      CK(cudaStreamSynchronize(s));
+      copy(oq.data(), qb, q_elems * sizeof(T));
+      copy(ok.data(), kb, k_elems * sizeof(T));
+      copy(qb, q0, q_elems * sizeof(T));
+      copy(kb, k0, k_elems * sizeof(T));
       const bool ok_all = std::memcmp(oq.data(), prod_q[v.gptj].data(), q_elems * sizeof(T)) == 0 &&
                           std::memcmp(ok.data(), prod_k[v.gptj].data(), k_elems * sizeof(T)) == 0;
       auto call = [&](int i) { CK(v.fn(params(i % nsets, v.gptj, v.pdl), s)); };

@@ -16,7 +16,7 @@
 //
 // so that the lanes of a warp read contiguous 16-byte pieces in both styles (GPT-J with x0 =
 // x[16u, 16u + 8), x1 = x[16u + 8, 16u + 16) read half of each 32-byte sector per load:
-// 4.40 -> 2.06 us at T=128 and 258 -> 241 us at T=32768 on an H100, tune_rope.cu). A warp
+// 4.40 -> 2.51 us at T=128 and 47.0 -> 32.4 us at T=4096 on an H100, tune_rope.cu). A warp
 // works on one token: lane = slot * units + u, so a lane keeps one unit for every head it
 // visits and loads its 16 cos/sin values once per token. The heads of the token (q, then k,
 // then v when the KV write is fused) are visited in steps of `slots` heads; a warp covers
@@ -145,7 +145,9 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // v): every lane unit is rotary (units == rot_units) and the pass / KV branches compile out.
 // Measured on an H100 in a CUDA graph (benchmark/elementwise/tune_rope.cu, 32 q / 8 k heads,
 // D = R = 128, PDL on): T = 1/16/128 1.82/1.93/2.39 us with every branch kept and 64-bit warp
-// arithmetic, 1.52/1.80/2.14 without ("v u32").
+// arithmetic, 1.64/1.69/2.09 without (1.99/2.04/2.50 with PDL off, the wrapper's default).
+// Since the launcher caps steps at kBatch, the loop over batches below runs once; it is kept
+// so that the cap can change without touching the kernel.
 template <typename T, bool kInterleave, typename TPos, bool kGeneral>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");

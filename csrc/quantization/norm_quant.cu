@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   }
 }
 
-// The decode kernel when it applies (see above; fp8 codes: the callers check; without a weight: kNorm = false);
-// cudaErrorNotSupported otherwise.
+// The decode kernel when it applies (see above; fp8 codes only, which the callers check;
+// without a weight: kNorm = false); cudaErrorNotSupported otherwise.
 template <typename T>
 cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream) {
   constexpr int kVecBytes = 4 * sizeof(T);  // a lane's loads: 4 elements
