@@ -104,7 +104,7 @@ def shapes(quick: bool):
     for op in ("per_token_int8", "per_tensor_dyn", "per_tensor_static"):
         out += [(op, BF16, t, 4096) for t in (1, 16, 128, 32768)]
     out += [("per_token_fp8", BF16, t, 7168) for t in (1, 128, 4096, 32768)]
-    out += [("per_token_fp8", BF16, t, 16384) for t in (1, 4096)]
+    out += [("per_token_fp8", BF16, t, 16384) for t in (1, 8, 4096)]
     out += [("per_token_fp8", FP16, t, 4096) for t in (128, 32768)]
     out += [("per_tensor_dyn_op", BF16, t, 4096) for t in DECODE_T]
     return out

@@ -4,8 +4,11 @@
 // Dynamic: scale[0] <- max(scale[0], max|x| / 448), compared as signed integers on the
 // float's bits (for non-negative floats that is the float order, a negative start value loses
 // to any scale, and a NaN wins); the codes use the new scale[0].
-// - Small tensors (up to 2 vectors per thread of one 1024-thread block): one kernel, the
-//   tensor kept in registers between the maximum and the codes.
+// - Small tensors (up to one 16-byte vector per thread of one 1024-thread block): one
+//   kernel, the tensor kept in registers between the maximum and the codes.
+// - Mid-size tensors (up to 8192 vectors, 128 KB; sm90+): the same in one thread-block
+//   cluster of up to 16 blocks, the blocks' maxima exchanged through distributed shared
+//   memory (without clusters: one block up to 2 vectors per thread, else as below).
 // - Otherwise a reduction kernel folds the maximum into scale[0] with an integer atomicMax,
 //   then the code kernel reads scale[0] after the PDL wait.
 // The kernels walk the tensor as 16-byte vectors when input and output are aligned, with a
@@ -19,6 +22,7 @@
 #include "quantization/quant.cuh"
 #include "quantization/quantization.h"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/cluster.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/runtime.h"
@@ -115,56 +119,53 @@ cudaError_t launch_code_kernel(const TensorQuantParams<T>& p, int64_t num_vec, c
 constexpr int kSmallThreads = 1024;
 constexpr int kSmallVpt = 2;  // most vectors a thread holds (16 KB of bf16)
 
-// Dynamic per-tensor quantization of a small tensor by one block: max pass and code pass in
-// one launch, the tensor read once (the per-token kernel's shape with one row). Vector v of
-// the tensor is held by thread v % blockDim.x, slot v / blockDim.x; the tail (numel % kVec
-// elements, or all of a misaligned tensor) by the first threads, one element each.
-// NOTE (H200, bf16 T=1 H=4096 in a CUDA graph): the two-kernel path takes 3.4 us with the
-// caller's memset; an 8-block cluster doing the same (maxima combined through distributed
-// shared memory) took 4.3 us.
-template <typename T, int kVpt>
-__global__ void __launch_bounds__(kSmallThreads)
-    tensor_quant_block_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
+// Dynamic per-tensor quantization in one launch, the tensor read once and held in registers
+// between the maximum and the codes, by
+// - kCluster = false: one block (small tensors);
+// - kCluster = true (sm90+): one thread-block cluster of up to 16 blocks (mid-size tensors),
+//   the blocks' maxima exchanged through distributed shared memory (cluster_reduce: one
+//   cluster barrier). It replaces the two-kernel path (maximum with an atomic, then the codes
+//   after the PDL wait), whose second kernel waits for the first grid to finish and flush.
+// Global thread g = blockIdx.x * blockDim.x + threadIdx.x holds vectors g + u * (blocks *
+// blockDim.x), u < kVpt; the tail (numel % kVec elements, or all of a misaligned tensor) goes
+// to the first global threads, one element each.
+// NOTE (tune_per_tensor.cu, H100, bf16 H=4096 in a CUDA graph, us): T=1 one block 1.19, a
+// 2-block cluster 1.65, the two-kernel path 2.35; cluster sizes at launch_per_tensor_quant.
+template <typename T, int kVpt, bool kCluster>
+__global__ void __launch_bounds__(kVpt <= 4 ? kSmallThreads : kSmallThreads / 2)
+    tensor_quant_onepass_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (kCluster) return;  // no clusters: never launched (cluster_launchable)
+#endif
   constexpr int kVec = kVec16<T>;
   __shared__ uint32_t warp_max[kSmallThreads / 32];
   const int tid = threadIdx.x;
-  const int threads = blockDim.x;  // a multiple of 32, <= kSmallThreads
+  const int lane = tid & 31;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + tid;  // one cluster: rank = blockIdx.x
+  const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
   SGL_PDL_WAIT();
+  // Read by every block before the cluster barrier; block 0 writes it only after.
   const int start_bits = __float_as_int(*p.scale);
   Vec16<T> x[kVpt];
-#pragma unroll
-  for (int u = 0; u < kVpt; ++u) {
-    if (tid + u * threads < num_vec) x[u] = load16<T, LoadPolicy::kStream>(p.input + (tid + u * threads) * kVec);
-  }
-  const int64_t tail = num_vec * kVec + tid;
+  load_share<LoadPolicy::kStream>(x, p.input, g, total, num_vec);
+  const int64_t tail = num_vec * kVec + g;
   const float tail_x = tail < p.numel ? to_float(p.input[tail]) : 0.0f;
-  uint32_t amax = abs_bits(tail_x);
-#pragma unroll
-  for (int u = 0; u < kVpt; ++u) {
-    if (tid + u * threads < num_vec) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) amax = max(amax, abs_bits(to_float(x[u][e])));
-    }
-  }
-  amax = warp_reduce_max(amax);
-  if ((tid & 31) == 0) warp_max[tid >> 5] = amax;
+  uint32_t amax = share_max_bits(x, g, total, num_vec, abs_bits(tail_x));
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  if (lane == 0) warp_max[tid >> 5] = amax;
   __syncthreads();
-  // Every warp reduces the partials with shuffles (not a serial loop over 32 of them).
-  amax = warp_reduce_max((tid & 31) < static_cast<int>(blockDim.x >> 5) ? warp_max[tid & 31] : 0u);
-  const float s = __int_as_float(max(start_bits, __float_as_int(__fdiv_rn(__uint_as_float(amax), kFp8Max))));
-  if (tid == 0) *p.scale = s;
-  const float inv = inverse_scale(s);
-#pragma unroll
-  for (int u = 0; u < kVpt; ++u) {
-    const int64_t i = tid + u * threads;
-    if (i < num_vec) {
-      float y[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) y[e] = to_float(x[u][e]);
-      *reinterpret_cast<Vec<uint8_t, kVec>*>(p.output_q + i * kVec) =
-          to_codes<QuantCode::kFp8>(y, inv, -kFp8Max, kFp8Max, false);
-    }
+  // Every warp reduces the partials (not a serial loop over 32 of them).
+  amax = __reduce_max_sync(0xffffffffu, lane < static_cast<int>(blockDim.x >> 5) ? warp_max[lane] : 0u);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kCluster) {
+    __shared__ uint32_t block_max[kMaxClusterBlocks];  // cluster_reduce's table
+    amax = cluster_reduce(amax, block_max, [](uint32_t a, uint32_t b) { return max(a, b); });
   }
+#endif
+  const float s = __int_as_float(max(start_bits, __float_as_int(__fdiv_rn(__uint_as_float(amax), kFp8Max))));
+  if (g == 0) *p.scale = s;
+  const float inv = inverse_scale(s);
+  store_share_codes<QuantCode::kFp8>(x, p.output_q, g, total, num_vec, inv, -kFp8Max, kFp8Max, false);
   if (tail < p.numel) p.output_q[tail] = to_code<QuantCode::kFp8>(tail_x * inv, -kFp8Max, kFp8Max);
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
@@ -174,6 +175,66 @@ int sm_count() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 132;
   return device_sm_count(device);
+}
+
+// Dynamic: the maximum folded into scale[0] by an atomic; then the codes (below).
+template <typename T>
+cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks = 0) {
+  constexpr int kVec = kVec16<T>;
+  const int sms = sm_count();
+  // Enough blocks to fill the GPU (8 per SM), few enough that the atomics stay negligible.
+  const int64_t want =
+      std::max<int64_t>(1, ceil_div<int64_t>(std::max(num_vec, p.numel - num_vec * kVec), kThreads * kUnroll));
+  const uint32_t blocks =
+      force_blocks > 0 ? force_blocks : static_cast<uint32_t>(std::min<int64_t>(want, int64_t{sms} * 8));
+  return launch_kernel(tensor_amax_kernel<T>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p, num_vec);
+}
+
+// The codes with the scale in scale[0].
+template <typename T>
+cudaError_t launch_codes(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
+  // NOTE: small tensors get one vector per thread, so that they spread over more SMs; below 64
+  // KB of input, 4-byte vectors (16-bit types) or 8-byte ones (fp32) over more threads (as
+  // the activations' decode shapes, activation.cu).
+  if (num_vec < int64_t{132} * kThreads * kUnroll) {
+    constexpr int kNarrow = 2;  // elements: a 4-byte vector (8 bytes for fp32)
+    const bool narrow_ok = reinterpret_cast<uintptr_t>(p.input) % (kNarrow * sizeof(T)) == 0 &&
+                           reinterpret_cast<uintptr_t>(p.output_q) % kNarrow == 0;
+    if (p.numel * static_cast<int64_t>(sizeof(T)) < (int64_t{64} << 10) && narrow_ok) {
+      return launch_code_kernel<T, kNarrow, 1>(p, p.numel / kNarrow, stream);
+    }
+    return launch_code_kernel<T, kVec16<T>, 1>(p, num_vec, stream);
+  }
+  return launch_code_kernel<T, kVec16<T>, kUnroll>(p, num_vec, stream);
+}
+
+template <typename T, int kVpt>
+cudaError_t launch_cluster_quant(const TensorQuantParams<T>& p, int64_t num_vec, int cs, int threads,
+                                 cudaStream_t stream) {
+  return launch_kernel_clustered(tensor_quant_onepass_kernel<T, kVpt, true>, dim3(static_cast<uint32_t>(cs)),
+                                 dim3(static_cast<uint32_t>(threads)), 0, stream, p.enable_pdl, cs, p, num_vec);
+}
+
+// The cluster for a mid-size tensor of num_vec vectors (kSmallThreads < num_vec <=
+// kClusterMaxVec): 2-16 blocks of 256 threads, one vector a thread, then two. From
+// tune_per_tensor.cu (H100, bf16 H=4096, us; against the one-block kernel with two vectors a
+// thread and the two-kernel path): T=4 c8t256v1 1.67 (1.92 / 2.48), T=8 c16t256v1 1.82
+// (- / 2.47), T=16 c16t256v2 2.02 (- / 2.53). T=32 c16t256v4 2.34 against 2.39 for the
+// two-kernel path on 64 blocks: not taken, and T=64 c16t512v4 2.93 against 2.55: the 16 SMs of
+// one cluster read the tensor slower than the whole GPU does. Blocks of 512 or 1024 threads
+// were as fast or slower; a cooperative grid's grid-wide barrier cost more than the kernel
+// boundary (T=64 g128t256v1 2.79).
+constexpr int kClusterThreads = 256;
+constexpr int64_t kClusterMaxVec = int64_t{kMaxClusterBlocks} * kClusterThreads * 2;
+
+struct ClusterShape {
+  int blocks, vpt;
+};
+
+ClusterShape cluster_shape(int64_t num_vec) {
+  int cs = 2;
+  while (cs < kMaxClusterBlocks && int64_t{cs} * kClusterThreads < num_vec) cs *= 2;
+  return {cs, num_vec <= int64_t{cs} * kClusterThreads ? 1 : 2};
 }
 
 }  // namespace
@@ -188,36 +249,30 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
   if (p.dynamic) {
     const int64_t tail = p.numel - num_vec * kVec;
     const int64_t per_thread = ceil_div<int64_t>(num_vec, kSmallThreads);
-    if (tail <= kSmallThreads && per_thread <= kSmallVpt) {
-      // Just enough threads (whole warps): one vector each when that fits in one block.
-      const int64_t want = std::max<int64_t>(per_thread <= 1 ? num_vec : kSmallThreads, tail);
+    // Just enough threads (whole warps) of one block for the tail and a vector each.
+    if (tail <= kSmallThreads && per_thread <= 1) {
+      const int64_t want = std::max(num_vec, tail);
       const dim3 block(static_cast<uint32_t>(std::max<int64_t>(32, ceil_div<int64_t>(want, 32) * 32)));
-      return per_thread <= 1
-                 ? launch_kernel(tensor_quant_block_kernel<T, 1>, dim3(1), block, 0, stream, p.enable_pdl, p, num_vec)
-                 : launch_kernel(tensor_quant_block_kernel<T, kSmallVpt>, dim3(1), block, 0, stream, p.enable_pdl, p,
-                                 num_vec);
+      return launch_kernel(tensor_quant_onepass_kernel<T, 1, false>, dim3(1), block, 0, stream, p.enable_pdl, p, num_vec);
     }
-    const int sms = sm_count();
-    // Enough blocks to fill the GPU (8 per SM), few enough that the atomics stay negligible.
-    const int64_t want = std::max<int64_t>(1, ceil_div<int64_t>(std::max(num_vec, p.numel - num_vec * kVec),
-                                                                 kThreads * kUnroll));
-    const uint32_t blocks = static_cast<uint32_t>(std::min<int64_t>(want, int64_t{sms} * 8));
-    SGL_CUDA_TRY(launch_kernel(tensor_amax_kernel<T>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p,
-                               num_vec));
-  }
-  // NOTE: small tensors get one vector per thread, so that they spread over more SMs; below 64
-  // KB of input, 4-byte vectors (16-bit types) or 8-byte ones (fp32) over more threads (as
-  // the activations' decode shapes, activation.cu).
-  if (num_vec < int64_t{132} * kThreads * kUnroll) {
-    constexpr int kNarrow = 2;  // elements: a 4-byte vector (8 bytes for fp32)
-    const bool narrow_ok = reinterpret_cast<uintptr_t>(p.input) % (kNarrow * sizeof(T)) == 0 &&
-                           reinterpret_cast<uintptr_t>(p.output_q) % kNarrow == 0;
-    if (p.numel * static_cast<int64_t>(sizeof(T)) < (int64_t{64} << 10) && narrow_ok) {
-      return launch_code_kernel<T, kNarrow, 1>(p, p.numel / kNarrow, stream);
+    // Mid-size tensors (16-128 KB of 16-byte vectors; the tail is then < kVec elements): one
+    // cluster (cluster_shape), where the device runs clusters.
+    if (num_vec > kSmallThreads && num_vec <= kClusterMaxVec) {
+      const ClusterShape c = cluster_shape(num_vec);
+      if (c.vpt == 1 && cluster_launchable<tensor_quant_onepass_kernel<T, 1, true>>(c.blocks, kClusterThreads)) {
+        return launch_cluster_quant<T, 1>(p, num_vec, c.blocks, kClusterThreads, stream);
+      }
+      if (c.vpt == 2 && cluster_launchable<tensor_quant_onepass_kernel<T, 2, true>>(c.blocks, kClusterThreads)) {
+        return launch_cluster_quant<T, 2>(p, num_vec, c.blocks, kClusterThreads, stream);
+      }
     }
-    return launch_code_kernel<T, kVec, 1>(p, num_vec, stream);
+    if (tail <= kSmallThreads && per_thread <= kSmallVpt) {
+      return launch_kernel(tensor_quant_onepass_kernel<T, kSmallVpt, false>, dim3(1), dim3(kSmallThreads), 0, stream,
+                           p.enable_pdl, p, num_vec);
+    }
+    SGL_CUDA_TRY(launch_amax(p, num_vec, stream));
   }
-  return launch_code_kernel<T, kVec, kUnroll>(p, num_vec, stream);
+  return launch_codes(p, num_vec, stream);
 }
 
 template cudaError_t launch_per_tensor_quant<float>(const TensorQuantParams<float>&, cudaStream_t);

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "quantization/quantization.h"
+#include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
 
 namespace sgl_kernel::quantization {
@@ -143,6 +144,51 @@ template <QuantCode kCode, int N>
 __device__ __forceinline__ Vec<uint8_t, N> to_codes(const float (&y)[N], float inv, float lo, float hi,
                                                     bool clamp = true) {
   return clamp ? to_codes_impl<kCode, true>(y, inv, lo, hi) : to_codes_impl<kCode, false>(y, inv, lo, hi);
+}
+
+// A thread's share of a row or tensor held in registers (the one-pass kernels: maximum, then
+// codes, the input read once): vectors i = first + u * stride, u < kVpt, of the 16-byte
+// vectors [0, count) of `src`; slots past `count` are left unset and skipped by the two
+// functions after this one.
+template <LoadPolicy kPolicy = LoadPolicy::kDefault, typename T, int kVpt>
+__device__ __forceinline__ void load_share(Vec16<T> (&x)[kVpt], const T* src, int64_t first, int64_t stride,
+                                           int64_t count) {
+#pragma unroll
+  for (int u = 0; u < kVpt; ++u) {
+    if (first + u * stride < count) x[u] = load16<T, kPolicy>(src + (first + u * stride) * kVec16<T>);
+  }
+}
+
+// max(amax, the abs_bits of every element of the share).
+template <typename T, int kVpt>
+__device__ __forceinline__ uint32_t share_max_bits(const Vec16<T> (&x)[kVpt], int64_t first, int64_t stride,
+                                                   int64_t count, uint32_t amax) {
+#pragma unroll
+  for (int u = 0; u < kVpt; ++u) {
+    if (first + u * stride < count) {
+#pragma unroll
+      for (int e = 0; e < kVec16<T>; ++e) amax = max(amax, abs_bits(to_float(x[u][e])));
+    }
+  }
+  return amax;
+}
+
+// The share's codes (x * inv) into dst (one byte an element, vector i at dst + i * kVec16<T>).
+template <QuantCode kCode, typename T, int kVpt>
+__device__ __forceinline__ void store_share_codes(const Vec16<T> (&x)[kVpt], uint8_t* dst, int64_t first,
+                                                  int64_t stride, int64_t count, float inv, float lo, float hi,
+                                                  bool clamp) {
+  constexpr int kVec = kVec16<T>;
+#pragma unroll
+  for (int u = 0; u < kVpt; ++u) {
+    const int64_t i = first + u * stride;
+    if (i < count) {
+      float y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) y[e] = to_float(x[u][e]);
+      *reinterpret_cast<Vec<uint8_t, kVec>*>(dst + i * kVec) = to_codes<kCode>(y, inv, lo, hi, clamp);
+    }
+  }
 }
 
 // The scale the codes use, for a lane that does not store it (see store_scale).

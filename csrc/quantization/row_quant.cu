@@ -17,9 +17,11 @@
 #include "quantization/quant.cuh"
 #include "quantization/quantization.h"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/cluster.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/types.cuh"
+#include "sgl_kernel/runtime.h"
 #include "sgl_kernel/vec.cuh"
 
 namespace sgl_kernel::quantization {
@@ -136,6 +138,49 @@ __global__ void __launch_bounds__(256) per_token_scalar_kernel(const RowQuantPar
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
+// Few long rows (sm90+): a cluster of blocks per row (launch_variant). Block r of a row's
+// cluster holds vectors r * blockDim.x + threadIdx.x + u * (cluster blocks * blockDim.x), u <
+// kVpt, in registers; the blocks' maxima are combined through distributed shared memory
+// (cluster_reduce), and each block codes its share with the row's scale.
+constexpr int kClusterMaxThreads = 512;
+
+template <typename T, QuantCode kCode, int kVpt>
+__global__ void __launch_bounds__(kClusterMaxThreads) row_quant_cluster_kernel(const RowQuantParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ uint32_t warp_max[kClusterMaxThreads / 32];
+  __shared__ uint32_t block_max[kMaxClusterBlocks];  // cluster_reduce's table
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int cs = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+  const int64_t row = blockIdx.x / cs;
+  const int64_t g = static_cast<int64_t>(blockIdx.x % cs) * blockDim.x + tid;
+  const int64_t total = static_cast<int64_t>(cs) * blockDim.x;
+  const int64_t hidden_vec = p.hidden / kVec16<T>;
+  const T* in = p.input + row * p.input_stride;
+  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
+  SGL_PDL_WAIT();
+  Vec16<T> x[kVpt];
+  load_share(x, in, g, total, hidden_vec);
+  uint32_t amax = __reduce_max_sync(0xffffffffu, share_max_bits(x, g, total, hidden_vec, 0u));
+  if (lane == 0) warp_max[tid >> 5] = amax;
+  __syncthreads();
+  amax = __reduce_max_sync(0xffffffffu, lane < static_cast<int>(blockDim.x >> 5) ? warp_max[lane] : 0u);
+  amax = cluster_reduce(amax, block_max, [](uint32_t a, uint32_t b) { return max(a, b); });
+  const float s = scale_from_amax(amax, p.eps, p.qmax);
+  if (g == 0) store_scale(p.scales, 0, row, 0, s);
+  store_share_codes<kCode>(x, out_q, g, total, hidden_vec, inverse_scale(s), p.qmin, p.qmax,
+                           needs_clamp<kCode>(p.qmin, p.qmax));
+  SGL_PDL_LAUNCH_DEPENDENTS();
+#endif
+}
+
+template <typename T, QuantCode kCode, int kVpt>
+cudaError_t launch_row_cluster(const RowQuantParams<T>& p, int cs, int threads, cudaStream_t stream) {
+  return launch_kernel_clustered(row_quant_cluster_kernel<T, kCode, kVpt>,
+                                 dim3(static_cast<uint32_t>(p.rows * cs)), dim3(static_cast<uint32_t>(threads)), 0,
+                                 stream, p.enable_pdl, cs, p);
+}
+
 template <typename T, QuantCode kCode, int kThreadsPerRow, int kVpt>
 cudaError_t launch_vec(const RowQuantParams<T>& p, cudaStream_t stream) {
   constexpr int kRowsPerBlock = rows_per_block<kThreadsPerRow, kVpt>();
@@ -161,6 +206,21 @@ cudaError_t launch_variant(const RowQuantParams<T>& p, cudaStream_t stream) {
     if (v <= 2048) return launch_vec<T, kCode, 256, 8>(p, stream);
     if (v <= 4096) return launch_vec<T, kCode, 512, 8>(p, stream);
   } else {
+    // Few rows of 2048-4096 vectors (bf16 H=16384-32768; sm90+): a cluster of 8 blocks of 256
+    // threads per row. tune_per_tensor.cu --op token (H100, bf16, us, against the one-block
+    // row below): H=16384 T=1/8/9/16 1.79/1.85/1.95/2.25 (2.10/2.18/2.20/2.22); H=32768
+    // T=1/8/9/16 2.00/2.07/2.17/2.39 (the 512 x 8 row kernel beyond 8 rows: 3.55/3.54);
+    // H=8192 slower at every T (1.77 at best against 1.30-1.64).
+    constexpr int kBlocks = 8, kThreads = 256;
+    if (v >= 2048 && v <= 2 * kBlocks * kThreads && p.rows <= (v <= kBlocks * kThreads ? 12 : 16)) {
+      if (v <= kBlocks * kThreads) {
+        if (cluster_launchable<row_quant_cluster_kernel<T, kCode, 1>>(kBlocks, kThreads)) {
+          return launch_row_cluster<T, kCode, 1>(p, kBlocks, kThreads, stream);
+        }
+      } else if (cluster_launchable<row_quant_cluster_kernel<T, kCode, 2>>(kBlocks, kThreads)) {
+        return launch_row_cluster<T, kCode, 2>(p, kBlocks, kThreads, stream);
+      }
+    }
     if (v <= 64) return launch_vec<T, kCode, 32, 2>(p, stream);
     if (v <= 256) return launch_vec<T, kCode, 128, 2>(p, stream);
     if (v <= 1024) return launch_vec<T, kCode, 512, 2>(p, stream);

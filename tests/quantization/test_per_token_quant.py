@@ -44,6 +44,11 @@ R_SHAPES = [(t, h) for t in (1, 7, 4096) for h in (128, 1536, 7168)]
 FP8_ODD_SHAPES = [(1, 4), (5, 12), (7, 100), (33, 4100), (3, 40000)]
 # int8 op: K % 8 == 0 (API.md), so the odd sizes are multiples of 8 but not of 16.
 INT8_ODD_SHAPES = [(1, 8), (5, 24), (7, 104), (33, 4104), (3, 40000)]
+# row_quant.cu's cluster kernel (sm90+: 8 blocks a row, up to 12 rows of 2048 16-byte vectors
+# or 16 rows of 2049-4096; bf16 H=16384-32768, fp32 8192-16384): one and two vectors a
+# thread, the row counts on either side of both limits, and rows just past the lengths (4097
+# vectors; a length that is no multiple of the vector).
+CLUSTER_SHAPES = [(1, 16384), (12, 16384), (13, 16384), (3, 24576), (16, 32768), (17, 32768), (2, 32776), (1, 16392)]
 
 POISON_FP8 = 0x7F
 POISON_INT8 = -128
@@ -116,7 +121,8 @@ def test_per_token_fp8_matrix(tokens, hidden, gen):
 
 
 @pytest.mark.parametrize("s_shape", ["m", "m1"])
-@pytest.mark.parametrize("tokens, hidden", R_SHAPES + FP8_ODD_SHAPES, ids=_shape_ids(R_SHAPES + FP8_ODD_SHAPES))
+@pytest.mark.parametrize("tokens, hidden", R_SHAPES + FP8_ODD_SHAPES + CLUSTER_SHAPES,
+                         ids=_shape_ids(R_SHAPES + FP8_ODD_SHAPES + CLUSTER_SHAPES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt)
 def test_per_token_fp8(dtype, tokens, hidden, s_shape, gen):
     """fp16/bf16/fp32, output_s ``[M]`` or ``[M, 1]``, odd hidden sizes (multiples of 4)."""
@@ -126,7 +132,8 @@ def test_per_token_fp8(dtype, tokens, hidden, s_shape, gen):
 
 
 @pytest.mark.parametrize("s_shape", ["m", "m1"])
-@pytest.mark.parametrize("tokens, hidden", R_SHAPES + INT8_ODD_SHAPES, ids=_shape_ids(R_SHAPES + INT8_ODD_SHAPES))
+@pytest.mark.parametrize("tokens, hidden", R_SHAPES + INT8_ODD_SHAPES + CLUSTER_SHAPES,
+                         ids=_shape_ids(R_SHAPES + INT8_ODD_SHAPES + CLUSTER_SHAPES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt)
 def test_per_token_int8(dtype, tokens, hidden, s_shape, gen):
     x = _rand((tokens, hidden), dtype, gen)
@@ -283,16 +290,22 @@ def test_per_tensor_large():
     assert float(q[12345, 4001].float()) == -448.0
 
 
-# Sizes at the launchers' limits. Dynamic: one block does both passes up to 1024 threads x 2
-# vectors of 16 bytes (elements per vector: 8 for 16-bit types, 4 for fp32), two kernels
-# beyond. Both modes: below 64 KB of input the code kernel uses 2-element vectors. "tail":
-# numel % vector != 0 (scalar tail); "misaligned": the input starts one element past a 16-byte
-# boundary (all scalar: one block up to 1024 elements).
+# Sizes at the launchers' limits. Dynamic: one block does both passes up to 1024 vectors of 16
+# bytes (elements per vector: 8 for 16-bit types, 4 for fp32); on sm90+ one cluster of 2-16
+# blocks of 256 threads up to 8192 vectors (one vector a thread up to 4096, then two); two
+# kernels beyond (without clusters from 2048 vectors on). Both modes:
+# below 64 KB of input the code kernel uses 2-element vectors. "tail": numel % vector != 0
+# (scalar tail); "misaligned": the input starts one element past a 16-byte boundary (all
+# scalar: one block up to 1024 elements).
 def _small_numel(dtype) -> int:
     return 1024 * 2 * (16 // torch.empty((), dtype=dtype).element_size())
 
 
-@pytest.mark.parametrize("case", ["cap", "cap+vec", "cap-1", "small+tail", "narrow_max", "misaligned", "misaligned_big"])
+SIZE_CASES = ["cap", "cap+vec", "cap-1", "small+tail", "narrow_max", "misaligned", "misaligned_big", "block_max",
+              "cluster_min", "cluster_v2", "cluster+tail", "cluster_max", "cluster_max+vec"]
+
+
+@pytest.mark.parametrize("case", SIZE_CASES)
 @pytest.mark.parametrize("where", ["first", "last"])
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt)
@@ -310,6 +323,12 @@ def test_per_tensor_sizes(dtype, mode, where, case, gen):
         "narrow_max": ((64 << 10) // elt - 1, 0),
         "misaligned": (1024, 1),
         "misaligned_big": (1025, 1),
+        "block_max": (1024 * vec, 0),
+        "cluster_min": (1025 * vec, 0),
+        "cluster_v2": (4097 * vec, 0),
+        "cluster+tail": (5000 * vec + 3, 0),
+        "cluster_max": (8192 * vec, 0),
+        "cluster_max+vec": (8193 * vec, 0),
     }[case]
     base = _rand((numel + offset,), dtype, gen, lo=0.0, hi=0.0).clamp_(-4.0, 4.0)
     x = base[offset:]
