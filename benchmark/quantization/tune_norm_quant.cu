@@ -10,12 +10,15 @@
 //
 //   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc \
 //     -o /tmp/tune_norm_quant benchmark/quantization/tune_norm_quant.cu \
-//     csrc/elementwise/norm.cu csrc/quantization/group_quant.cu
+//     csrc/quantization/group_quant.cu csrc/common/runtime.cc
 //   /tmp/tune_norm_quant [--T 1,16,128,1024,4096,32768] [--H 4096,7168] [--op plain|add|group|all] [--diag 1]
 //                        [--layout row|packed]
 //
 // "rmsnorm" times launch_rmsnorm alone (the norm without the quantization; fused_add_rmsnorm
-// for the add op); --norms 1 adds decode_norm_kernel's shapes (below); --diag 1 adds the
+// for the add op); --norms 1 adds decode_norm_kernel's shapes (below) and "rms-cN": norm.cu's
+// decode kernel in clusters of N blocks per row (N = 1: one block; a cluster that does not
+// apply falls back as launch_rmsnorm does), and "q-cN": norm_quant.cu's decode kernel so
+// ("-" where it does not apply); --diag 1 adds the
 // stage-cut rows of diag_kernel (below) to the plain op. --layout packed: the fused rows write
 // column-major packed UE8M0 scales (the diag and 2-kernel rows stay row-major: ignore their
 // checks there).
@@ -42,6 +45,7 @@
 
 #include <cooperative_groups.h>
 
+#include "../../csrc/elementwise/norm.cu"
 #include "../../csrc/quantization/norm_quant.cu"
 #include "elementwise/elementwise.h"
 #include "../tune_common.cuh"
@@ -81,6 +85,25 @@ struct Variant {
 };
 
 bool g_packed = false;  // --layout packed: column-major packed UE8M0 scales (DeepGEMM's layout)
+
+// RMSNorm of set b as the norm rows run it (fused: in place on b.x with b.res, as
+// fused_add_rmsnorm; plain: into b.tmp).
+sgl_kernel::elementwise::RmsNormParams<T> norm_params(const Set& b, int64_t rows, int64_t hidden, bool fused) {
+  sgl_kernel::elementwise::RmsNormParams<T> rp{};
+  rp.out = fused ? b.x : b.tmp;
+  rp.input = b.x;
+  rp.residual = fused ? b.res : nullptr;
+  rp.weight = b.w;
+  rp.out_rows = {hidden, 0};
+  rp.input_rows = {hidden, 0};
+  rp.residual_rows = {hidden, 0};
+  rp.rows = rows;
+  rp.rows_inner = 1;
+  rp.hidden = hidden;
+  rp.eps = 1e-6f;
+  rp.enable_pdl = true;
+  return rp;
+}
 
 RowQuantParams<T> params(const Set& b, int64_t rows, int64_t hidden, bool add) {
   RowQuantParams<T> p{};
@@ -406,19 +429,7 @@ int run(int argc, char** argv) {
           vs.push_back(prod);
           // launch_rmsnorm of set b (fused: in place on b.x with b.res, as fused_add_rmsnorm).
           auto rmsnorm = [=](const Set& b, bool fused, cudaStream_t s, T** out) {
-            sgl_kernel::elementwise::RmsNormParams<T> rp{};
-            rp.out = fused ? b.x : b.tmp;
-            rp.input = b.x;
-            rp.residual = fused ? b.res : nullptr;
-            rp.weight = b.w;
-            rp.out_rows = {H, 0};
-            rp.input_rows = {H, 0};
-            rp.residual_rows = {H, 0};
-            rp.rows = Tn;
-            rp.rows_inner = 1;
-            rp.hidden = H;
-            rp.eps = 1e-6f;
-            rp.enable_pdl = true;
+            const sgl_kernel::elementwise::RmsNormParams<T> rp = norm_params(b, Tn, H, fused);
             *out = rp.out;
             return sgl_kernel::elementwise::launch_rmsnorm<T>(rp, s);
           };
@@ -450,6 +461,26 @@ int run(int argc, char** argv) {
           }
         }
         if (norms) {
+          for (int cs : {1, 2, 4, 8, 16}) {
+            Variant v{"rms-c" + std::to_string(cs), {}};
+            for (int a = 0; a < 2; ++a) {
+              v.fused[a] = [=](const Set& b, cudaStream_t s) {
+                const sgl_kernel::elementwise::RmsNormParams<T> rp = norm_params(b, Tn, H, a == 1);
+                return a == 1 ? sgl_kernel::elementwise::launch_variant<T, true, false>(rp, s, cs)
+                              : sgl_kernel::elementwise::launch_variant<T, false, false>(rp, s, cs);
+              };
+            }
+            v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+            vs.push_back(v);
+          }
+          for (int cs : {1, 2, 4, 8, 16}) {
+            Variant v{"q-c" + std::to_string(cs), {}};
+            for (int a = 0; a < 2; ++a) {
+              v.fused[a] = [=](const Set& b, cudaStream_t s) { return launch_norm_decode<T>(params(b, Tn, H, a), s, cs); };
+            }
+            v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+            vs.push_back(v);
+          }
           vs.push_back(decode_norm_variant<4, 4>(Tn, H));
           vs.push_back(decode_norm_variant<4, 8>(Tn, H));
           vs.push_back(decode_norm_variant<8, 2>(Tn, H));

@@ -17,6 +17,7 @@
 
 #include "elementwise/elementwise.h"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/cluster.cuh"
 #include "sgl_kernel/fastdiv.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
@@ -118,20 +119,39 @@ constexpr int kDecodeElems = 4, kDecodeChunks = 4;  // per lane: 4 chunks of 4 e
 constexpr int kDecodeRowElems = 32 * kDecodeElems * kDecodeChunks;  // a warp's share of a row: 512
 constexpr int64_t kDecodeMaxHidden[2] = {8192, 7168};  // [fused]
 
-template <typename T, bool kFused, bool kGemma>
+//
+// kCluster (sm90+): a cluster of blocks per row, block r of it holding the r-th slice of
+// blockDim.x / 32 * 512 elements; the blocks' sums of squares are added through distributed
+// shared memory in rank order (cluster_reduce), so every block gets the same scale.
+template <typename T, bool kFused, bool kGemma, bool kCluster = false>
 __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   constexpr int kE = kDecodeElems, kK = kDecodeChunks;
   __shared__ float scratch[32];
+  uint32_t row = blockIdx.x, rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kCluster) {
+    const uint32_t cs = cooperative_groups::this_cluster().num_blocks();
+    row = blockIdx.x / cs;
+    rank = blockIdx.x % cs;
+  }
+#endif
+  const int64_t part = static_cast<int64_t>(rank) * (blockDim.x / 32) * kDecodeRowElems;  // this block's slice
   uint32_t outer, inner;
-  rows_inner.divmod(blockIdx.x, outer, inner);
-  const T* in = p.input + row_offset(p.input_rows, outer, inner);
-  T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
-  T* out = p.out + row_offset(p.out_rows, outer, inner);
+  rows_inner.divmod(row, outer, inner);
+  const T* in = p.input + row_offset(p.input_rows, outer, inner) + part;
+  T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) + part : nullptr;
+  T* out = p.out + row_offset(p.out_rows, outer, inner) + part;
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   float f[kK][kE];
   Vec<T, kE> w[kK];
-  const float sum_sq = decode_row_load<T, kE, kK, kFused>(in, res, p.weight, f, w, scratch);
+  float sum_sq = decode_row_load<T, kE, kK, kFused>(in, res, p.weight + part, f, w, scratch);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kCluster) {
+    __shared__ float partial[kMaxClusterBlocks];  // cluster_reduce's table
+    sum_sq = cluster_reduce(sum_sq, partial, [](float a, float b) { return a + b; });
+  }
+#endif
   const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
@@ -229,8 +249,26 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 
 bool aligned16(const RowStrides& s, int kVec) { return s.outer % kVec == 0 && s.inner % kVec == 0; }
 
+// Blocks per row of the decode kernel (1: one block, or the vector kernel beyond
+// kDecodeMaxHidden). A cluster pays for itself only on long rows: tune_norm_quant.cu --norms 1
+// ("rms-cN", H100, bf16, us; c1 = the kernel used without a cluster):
+//   fused H=16384, T=1/4/8/16/17/32: c1 2.88/2.93/3.10/3.15/3.19/3.26, c4 2.46/2.51/2.52/2.76/
+//     2.80/3.62, c8 2.14/2.10/2.14/2.59/2.62/3.74, c16 2.05/2.16/2.36/3.09/3.14/4.39
+//   fused H=32768, T=1/4/8/16/32: c1 4.57/4.52/4.88/4.88/5.20, c8 2.68/2.64/2.72/3.75/6.30,
+//     c16 2.27/2.40/2.91/4.18/5.84
+//   plain H=16384, T=1/4/8/16: c1 2.27/2.30/2.40/2.42, c8 2.02/1.99/2.01/2.36
+//   plain H=32768, T=1/4/8/16: c1 3.24/3.19/3.47/3.51, c8 2.33/2.36/2.49/3.36, c16 2.11/2.21/2.62/3.84
+//   fused H=8192, T=1/4/16/32: c1 1.83/1.93/2.09/2.16, c4 2.10/2.12/2.25/2.62, c8 2.10/2.05/2.31/2.94
+// (c2 was slower than c4 everywhere). Below 16384 one block per row.
+int decode_cluster_blocks(int64_t rows, int64_t hidden, bool /*fused*/) {
+  if (hidden < 16384 || rows > 16) return 1;
+  return hidden >= 32768 && rows <= 4 ? 16 : 8;
+}
+
+// cs: blocks per row for the decode kernel, -1 for decode_cluster_blocks' choice (tune
+// sweeps pass others; a cluster that does not apply falls back to the other kernels).
 template <typename T, bool kFused, bool kGemma>
-cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream) {
+cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int cs = -1) {
   constexpr int kVec = kVec16<T>;
   const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
   // The decode kernel's lanes load kDecodeElems elements at a time.
@@ -238,12 +276,24 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream) {
     constexpr int kBytes = kDecodeElems * sizeof(T);
     return rows_aligned(ptr, s.outer, sizeof(T), kBytes) && rows_aligned(ptr, s.inner, sizeof(T), kBytes);
   };
-  if (p.rows <= 256 && p.hidden % kDecodeRowElems == 0 && p.hidden <= kDecodeMaxHidden[kFused] &&
-      decode_aligned(p.out, p.out_rows) && decode_aligned(p.input, p.input_rows) &&
-      decode_aligned(p.weight, RowStrides{0, 0}) && (!kFused || decode_aligned(p.residual, p.residual_rows))) {
-    return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)),
-                         dim3(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32)), 0, stream, p.enable_pdl, p,
-                         rows_inner);
+  if (p.rows <= 256 && p.hidden % kDecodeRowElems == 0 && decode_aligned(p.out, p.out_rows) &&
+      decode_aligned(p.input, p.input_rows) && decode_aligned(p.weight, RowStrides{0, 0}) &&
+      (!kFused || decode_aligned(p.residual, p.residual_rows))) {
+    if (cs < 0) cs = decode_cluster_blocks(p.rows, p.hidden, kFused);
+    if (cs > 1 && p.hidden % (int64_t{kDecodeRowElems} * cs) == 0) {
+      constexpr auto kernel = rmsnorm_decode_kernel<T, kFused, kGemma, true>;
+      const int threads = static_cast<int>(p.hidden / cs / kDecodeRowElems * 32);
+      if (threads <= 1024 && cluster_launchable<kernel>(cs, threads)) {
+        return launch_kernel_clustered(kernel, dim3(static_cast<uint32_t>(p.rows * cs)),
+                                       dim3(static_cast<uint32_t>(threads)), 0, stream, p.enable_pdl, cs, p,
+                                       rows_inner);
+      }
+    }
+    if (p.hidden <= kDecodeMaxHidden[kFused]) {
+      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)),
+                           dim3(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32)), 0, stream, p.enable_pdl, p,
+                           rows_inner);
+    }
   }
   const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 4096 && is_aligned16(p.out) &&
                       is_aligned16(p.input) && is_aligned16(p.weight) && aligned16(p.out_rows, kVec) &&

@@ -25,6 +25,7 @@
 #include "quantization/quant.cuh"
 #include "quantization/quantization.h"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/cluster.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/row_norm.cuh"
@@ -222,26 +223,46 @@ constexpr int kDecodeMaxThreads = 1024;
 
 // kNorm = false: no norm (y = x, weight and residual unused): the plain per-token-group
 // quantization of sgl_per_token_group_quant_8bit (launch_row_group_quant).
-template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true>
+// kCluster (sm90+, norm only): a cluster of blocks per row, block r holding the r-th slice of
+// blockDim.x / 32 * 512 elements (whole groups); the sums of squares are added through
+// distributed shared memory (cluster_reduce), so every block gets the same rstd.
+template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
   constexpr int kElems = 4;  // elements of a group a lane holds: 8 bytes of 16-bit input, 16 of fp32
   constexpr int kK = kDecodeGroupsPerLane;
   using V = Vec<T, kElems>;
+  static_assert(kNorm || !kCluster, "clusters share a row's sum of squares");
   __shared__ float scratch[32];
   const int lane = threadIdx.x & 31;
-  const int64_t row = blockIdx.x;
+  int64_t row = blockIdx.x;
+  int rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kCluster) {
+    const int cs = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+    row = blockIdx.x / cs;
+    rank = static_cast<int>(blockIdx.x % cs);
+  }
+#endif
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
-  const int warp = static_cast<int>(threadIdx.x >> 5);
+  // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).
+  const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
+  const int64_t part = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
   // Group warp * kK + k is this warp's chunk k (sgl_kernel/row_norm.cuh: 128-element chunks).
   static_assert(32 * kElems == kDecodeGroup, "a chunk of the decode layout is a group");
   float f[kK][kElems];  // the row in fp32 (fused: the rounded sum, which is stored)
   V w[kNorm ? kK : 1];
   float rstd = 1.f;
   if constexpr (kNorm) {
-    const float sum_sq = decode_row_load<T, kElems, kK, kFused>(
-        p.input + row * p.input_stride, kFused ? p.residual + row * p.residual_stride : nullptr, p.weight, f, w,
-        scratch);
+    float sum_sq = decode_row_load<T, kElems, kK, kFused>(
+        p.input + row * p.input_stride + part, kFused ? p.residual + row * p.residual_stride + part : nullptr,
+        p.weight + part, f, w, scratch);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kCluster) {
+      __shared__ float partial[kMaxClusterBlocks];  // cluster_reduce's table
+      sum_sq = cluster_reduce(sum_sq, partial, [](float a, float b) { return a + b; });
+    }
+#endif
     rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.rms_eps);
   } else {
 #pragma unroll
@@ -288,7 +309,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
     }
   }
   const float inv = inverse_scale(used);
-  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
+  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden + part;
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
     *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
@@ -296,23 +317,59 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   }
 }
 
+// Blocks per row of the norm + quant decode kernel (1: one block; it takes at most 16384
+// elements a block). tune_norm_quant.cu --norms 1 ("q-cN", H100, bf16, g=128, row-major
+// scales, us):
+//   fused H=16384, T=1/4/8/16/32: c1 3.66/3.76/3.88/3.94/4.03, c4 2.39/2.41/2.42/2.56/3.17,
+//     c8 2.34/2.30/2.34/2.59/3.39, c16 2.31/2.36/2.52/3.10/4.88
+//   fused H=32768, T=1/4/8/16/32: c4 3.24/3.25/3.25/3.50/4.83, c8 2.53/2.55/2.60/3.23/4.53
+//   plain H=16384, T=1/4/8/16: c1 2.87/2.90/2.96/2.99, c4 2.23/2.27/2.26/2.36, c8 2.21/2.19/2.20/2.39
+//   plain H=32768, T=1/4/8/16: c4 2.85/2.86/2.89/3.04, c8 2.33/2.34/2.40/2.93
+// (packed UE8M0 scales alike; c2 slower than c4 everywhere). Rows over 32 not measured.
+int norm_decode_cluster_blocks(int64_t rows, int64_t hidden) {
+  if (hidden < 16384 || rows > 32) return 1;
+  return rows <= 8 || hidden >= 32768 ? 8 : 4;
+}
+
+template <typename T, bool kFused, DecodeScales kScales>
+cudaError_t launch_norm_decode_cluster(const RowQuantParams<T>& p, int cs, int threads, cudaStream_t stream) {
+  constexpr auto kernel = norm_quant_decode_kernel<T, kFused, kScales, true, true>;
+  if (!cluster_launchable<kernel>(cs, threads)) return cudaErrorNotSupported;
+  return launch_kernel_clustered(kernel, dim3(static_cast<uint32_t>(p.rows * cs)), dim3(static_cast<uint32_t>(threads)),
+                                 0, stream, p.enable_pdl, cs, p);
+}
+
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
-// without a weight: kNorm = false); cudaErrorNotSupported otherwise.
+// without a weight: kNorm = false); cudaErrorNotSupported otherwise. cs: blocks per row for the
+// norm ops, -1 for norm_decode_cluster_blocks' choice (tune sweeps pass others).
 template <typename T>
-cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream) {
+cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, int cs = -1) {
   constexpr int kVecBytes = 4 * sizeof(T);  // a lane's loads: 4 elements
   const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
   const bool row_f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0 && p.scales.stride_g == 1;
   auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
   if (p.rows > 256 || p.group_size != kDecodeGroup || p.hidden % per_warp != 0 ||
-      p.hidden / per_warp * 32 > kDecodeMaxThreads || needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) ||
-      (!row_f32 && !p.scales.packed_ue8m0) || !aligned(p.input, p.input_stride) ||
-      (p.weight != nullptr && !aligned(p.weight, 0)) || (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
+      needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) || (!row_f32 && !p.scales.packed_ue8m0) ||
+      !aligned(p.input, p.input_stride) || (p.weight != nullptr && !aligned(p.weight, 0)) ||
+      (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
       reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
     return cudaErrorNotSupported;
   }
-  const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(p.hidden / per_warp * 32));
   const bool fused = p.residual != nullptr;
+  if (p.weight != nullptr) {
+    if (cs < 0) cs = norm_decode_cluster_blocks(p.rows, p.hidden);
+    if (cs > 1 && p.hidden % (per_warp * cs) == 0 && p.hidden / cs / per_warp * 32 <= kDecodeMaxThreads) {
+      const int threads = static_cast<int>(p.hidden / cs / per_warp * 32);
+      const cudaError_t err =
+          row_f32 ? (fused ? launch_norm_decode_cluster<T, true, DecodeScales::kRowF32>(p, cs, threads, stream)
+                           : launch_norm_decode_cluster<T, false, DecodeScales::kRowF32>(p, cs, threads, stream))
+                  : (fused ? launch_norm_decode_cluster<T, true, DecodeScales::kPackedUe8m0>(p, cs, threads, stream)
+                           : launch_norm_decode_cluster<T, false, DecodeScales::kPackedUe8m0>(p, cs, threads, stream));
+      if (err != cudaErrorNotSupported) return err;
+    }
+  }
+  if (p.hidden / per_warp * 32 > kDecodeMaxThreads) return cudaErrorNotSupported;
+  const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(p.hidden / per_warp * 32));
   if (p.weight == nullptr) {
     return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, false>, grid, block, 0,
                                    stream, p.enable_pdl, p)

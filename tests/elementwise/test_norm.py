@@ -154,8 +154,12 @@ def test_correctness_fp32(op, batch, hidden, gen):
 
 # The decode kernel (norm.cu: <= 256 rows, hidden a multiple of 512 up to 8192, fused up to
 # 7168) at its shapes and limits, and the shapes just past them that take the other kernels
-# (257 rows, hidden 640, 8192 fused, 16384).
-DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384)]
+# (257 rows, hidden 640, 8192 fused, 16384). On sm90+, hidden >= 16384 runs it in clusters
+# of 8 blocks per row up to 16 rows (16 blocks at hidden >= 32768 up to 4 rows;
+# decode_cluster_blocks): the row counts on either side of each limit at 16384 and 32768;
+# (1, 16896) is no multiple of 8 * 512 (no cluster).
+DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384),
+                 (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
 
 
 @GPU
@@ -170,7 +174,8 @@ def test_decode_shapes(op, dtype, shape, gen):
 @GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(3, 7, 4096), (2, 5, 111), (4, 1, 3584), (1, 1, 1024)], ids=_ids)
+@pytest.mark.parametrize("shape", [(3, 7, 4096), (2, 5, 111), (4, 1, 3584), (1, 1, 1024), (2, 2, 16384), (3, 5, 16384)],
+                         ids=_ids)
 def test_3d(op, dtype, shape, gen):
     x, w, other = make_args(op, shape, dtype, gen)
     run_and_check(op, x, w, other)

@@ -256,6 +256,18 @@ def test_large_hidden(op, dtype, hidden, tokens, gen):
     _run_check(op, x.clone(), r.clone() if r is not None else None, w, 128, torch.int8, "row")
 
 
+# norm_quant.cu's decode kernel in clusters (sm90+, hidden >= 16384, up to 32 rows: 8 blocks a
+# row up to 8 rows, then 4 (8 at hidden 32768); norm_decode_cluster_blocks): both scale layouts
+# it takes (row-major fp32, packed UE8M0) and the row counts on either side of each limit.
+@pytest.mark.parametrize("tokens", [1, 8, 9, 32, 33])
+@pytest.mark.parametrize("hidden", [16384, 32768])
+@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("op", OPS)
+def test_decode_clusters(op, layout, hidden, tokens, gen):
+    x, r, w = _make(op, tokens, hidden, torch.bfloat16, gen)
+    _run_check(op, x, r, w, 128, FP8, layout)
+
+
 @pytest.mark.parametrize("how", ["wrapper", "op"])
 @pytest.mark.parametrize("op", OPS)
 def test_torch_ops(op, how, gen):
