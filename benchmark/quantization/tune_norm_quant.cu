@@ -18,8 +18,10 @@
 // for the add op); --norms 1 adds decode_norm_kernel's shapes (below) and "rms-cN": norm.cu's
 // decode kernel in clusters of N blocks per row (N = 1: one block; a cluster that does not
 // apply falls back as launch_rmsnorm does), and "q-cN": norm_quant.cu's decode kernel so
-// ("-" where it does not apply); --diag 1 adds the
-// stage-cut rows of diag_kernel (below) to the plain op. --layout packed: the fused rows write
+// ("-" where it does not apply); "q-sN": norm_quant.cu's decode kernel with N blocks per row
+// without a cluster (split rows: each block reads the whole row, writes 1/N of it; the plain
+// op only, the add op runs unsplit); --diag 1 adds the stage-cut rows of diag_kernel (below)
+// to the plain op. --layout packed: the fused rows write
 // column-major packed UE8M0 scales (the diag and 2-kernel rows stay row-major: ignore their
 // checks there).
 //
@@ -468,6 +470,16 @@ int run(int argc, char** argv) {
                 const sgl_kernel::elementwise::RmsNormParams<T> rp = norm_params(b, Tn, H, a == 1);
                 return a == 1 ? sgl_kernel::elementwise::launch_variant<T, true, false>(rp, s, cs)
                               : sgl_kernel::elementwise::launch_variant<T, false, false>(rp, s, cs);
+              };
+            }
+            v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+            vs.push_back(v);
+          }
+          for (int split : {1, 2, 4}) {
+            Variant v{"q-s" + std::to_string(split), {}};
+            for (int a = 0; a < 2; ++a) {
+              v.fused[a] = [=](const Set& b, cudaStream_t s) {
+                return launch_norm_decode<T>(params(b, Tn, H, a), s, 1, split);
               };
             }
             v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };

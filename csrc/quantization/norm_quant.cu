@@ -223,18 +223,29 @@ constexpr int kDecodeMaxThreads = 1024;
 
 // kNorm = false: no norm (y = x, weight and residual unused): the plain per-token-group
 // quantization of sgl_per_token_group_quant_8bit (launch_row_group_quant).
-// kCluster (sm90+, norm only): a cluster of blocks per row, block r holding the r-th slice of
-// blockDim.x / 32 * 512 elements (whole groups); the sums of squares are added through
-// distributed shared memory (cluster_reduce), so every block gets the same rstd.
-template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false>
+// kSplit > 1 (the plain norm op only, no cluster): kSplit blocks per row, each holding the
+// whole row for the sum of squares but loading the weight and writing (codes, scales) only for
+// its own 1/kSplit of the row's warps (decode_row_load's `owned`). Not the fused op: its
+// residual is updated in place, and a block that stored its part of the sum could overwrite
+// residual values that another block of the row has not read yet (measured: wrong rows in
+// fused_add_rmsnorm at H=16384, 17-32 rows, with the same split in norm.cu).
+// kCluster (sm90+, norm only; kSplit = 1): a cluster of blocks per row, block r holding the r-th
+// slice of blockDim.x / 32 * 512 elements (whole groups); the sums of squares are added
+// through distributed shared memory (cluster_reduce), so every block gets the same rstd.
+template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
   constexpr int kElems = 4;  // elements of a group a lane holds: 8 bytes of 16-bit input, 16 of fp32
   constexpr int kK = kDecodeGroupsPerLane;
   using V = Vec<T, kElems>;
   static_assert(kNorm || !kCluster, "clusters share a row's sum of squares");
+  static_assert((kNorm && !kCluster && !kFused) || kSplit == 1,
+                "split rows: the norm only, without a cluster, and not the fused op (its in-place residual)");
   __shared__ float scratch[32];
   const int lane = threadIdx.x & 31;
-  int64_t row = blockIdx.x;
+  int64_t row = blockIdx.x / kSplit;
+  // This block's warps [first, first + warps / kSplit) write (all of them without a split).
+  const uint32_t slice = (blockDim.x >> 5) / kSplit, first = (blockIdx.x % kSplit) * slice;
+  const bool owned = kSplit == 1 || ((threadIdx.x >> 5) >= first && (threadIdx.x >> 5) < first + slice);
   int rank = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
@@ -256,7 +267,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   if constexpr (kNorm) {
     float sum_sq = decode_row_load<T, kElems, kK, kFused>(
         p.input + row * p.input_stride + part, kFused ? p.residual + row * p.residual_stride + part : nullptr,
-        p.weight + part, f, w, scratch);
+        p.weight + part, f, w, scratch, owned);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (kCluster) {
       __shared__ float partial[kMaxClusterBlocks];  // cluster_reduce's table
@@ -272,6 +283,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
       for (int e = 0; e < kElems; ++e) f[k][e] = to_float(x[e]);
     }
   }
+  if (!owned) return;  // (whole warps: the rest has only warp-wide steps)
 
   float y[kK][kElems];
   uint32_t gmax[kK];
@@ -339,11 +351,36 @@ cudaError_t launch_norm_decode_cluster(const RowQuantParams<T>& p, int cs, int t
                                  0, stream, p.enable_pdl, cs, p);
 }
 
+// Blocks per row without a cluster (split rows, see the kernel) for the plain norm op, for a
+// row of `warps` warps. tune_norm_quant.cu --norms 1 ("q-sN", H100, bf16, g=128, row-major
+// scales, us at T=1/16/32/128; s1 = no split):
+//   plain H=8192: s1 1.73/1.83/1.89/2.25, s2 1.52/1.63/1.73/2.33, s4 1.46/1.61/1.71/3.19
+//   plain H=7168: s1 1.69/1.79/1.83/2.12, s2 1.50/1.59/1.68/2.19
+// Packed UE8M0 scales, H=7168 T=1/16: 1.78/1.88 -> 1.58/1.67. (The fused op would gain
+// 0.1-0.2 us the same way, add H=8192 s4 1.90/2.04/2.18 against 2.08/2.24/2.30, but cannot
+// split: see the kernel.)
+int norm_decode_split(int64_t rows, int64_t warps) {
+  if (warps < 14 || rows > 32) return 1;
+  if (warps % 4 == 0 && rows <= 16) return 4;
+  return warps % 2 == 0 ? 2 : 1;
+}
+
+// The plain norm op's decode kernel with `split` blocks per row (1, 2 or 4).
+template <typename T, DecodeScales kScales>
+cudaError_t launch_norm_decode_split(const RowQuantParams<T>& p, int split, dim3 grid, dim3 block, cudaStream_t stream) {
+  auto* kernel = split == 4   ? norm_quant_decode_kernel<T, false, kScales, true, false, 4>
+                 : split == 2 ? norm_quant_decode_kernel<T, false, kScales, true, false, 2>
+                              : norm_quant_decode_kernel<T, false, kScales, true, false, 1>;
+  return launch_kernel(kernel, grid, block, 0, stream, p.enable_pdl, p);
+}
+
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
-// without a weight: kNorm = false); cudaErrorNotSupported otherwise. cs: blocks per row for the
-// norm ops, -1 for norm_decode_cluster_blocks' choice (tune sweeps pass others).
+// without a weight: kNorm = false); cudaErrorNotSupported otherwise. cs: blocks per row in a
+// cluster for the norm ops, -1 for norm_decode_cluster_blocks' choice; split: blocks per row
+// without a cluster for the plain norm op, -1 for norm_decode_split's (tune sweeps pass
+// others; the fused op and the plain quant take no split).
 template <typename T>
-cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, int cs = -1) {
+cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, int cs = -1, int split = -1) {
   constexpr int kVecBytes = 4 * sizeof(T);  // a lane's loads: 4 elements
   const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
   const bool row_f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0 && p.scales.stride_g == 1;
@@ -368,24 +405,25 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
       if (err != cudaErrorNotSupported) return err;
     }
   }
-  if (p.hidden / per_warp * 32 > kDecodeMaxThreads) return cudaErrorNotSupported;
-  const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(p.hidden / per_warp * 32));
+  const int64_t warps = p.hidden / per_warp;
+  if (warps * 32 > kDecodeMaxThreads) return cudaErrorNotSupported;
+  if (split < 0) split = norm_decode_split(p.rows, warps);
+  if (p.weight == nullptr || fused || (split != 2 && split != 4) || warps % split != 0) split = 1;
+  const dim3 grid(static_cast<uint32_t>(p.rows * split)), block(static_cast<uint32_t>(warps * 32));
   if (p.weight == nullptr) {
     return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, false>, grid, block, 0,
                                    stream, p.enable_pdl, p)
                    : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, false>, grid, block,
                                    0, stream, p.enable_pdl, p);
   }
-  if (row_f32) {
-    return fused ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32>, grid, block, 0, stream,
-                                 p.enable_pdl, p)
-                 : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32>, grid, block, 0, stream,
-                                 p.enable_pdl, p);
+  if (fused) {
+    return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32>, grid, block, 0, stream,
+                                   p.enable_pdl, p)
+                   : launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0>, grid, block, 0,
+                                   stream, p.enable_pdl, p);
   }
-  return fused ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0>, grid, block, 0, stream,
-                               p.enable_pdl, p)
-               : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0>, grid, block, 0, stream,
-                               p.enable_pdl, p);
+  return row_f32 ? launch_norm_decode_split<T, DecodeScales::kRowF32>(p, split, grid, block, stream)
+                 : launch_norm_decode_split<T, DecodeScales::kPackedUe8m0>(p, split, grid, block, stream);
 }
 
 template <typename T, QuantCode kCode, int kVpt, int kMaxRegs, bool kFused, bool kNorm = true>

@@ -102,8 +102,12 @@ __device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch)
     float* mine = scratch + threadIdx.y * warps;
     if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
     asm volatile("bar.sync %0, %1;" ::"r"(static_cast<int>(threadIdx.y) + 1), "r"(tpr) : "memory");
-    v = 0.f;
-    for (int i = 0; i < warps; ++i) v += mine[i];
+    // Every warp adds the partials with the same xor tree (float addition commutes, so every
+    // lane of every warp ends with the same bits).
+    const int lane = threadIdx.x & 31;
+    v = lane < warps ? mine[lane] : 0.f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   }
   return v;
 }
@@ -122,9 +126,11 @@ __device__ __forceinline__ int decode_col(int k) {
 // Loads this lane's part of the row (fused: input + residual rounded to T, stored back into the
 // residual) and of the weight, all loads before any store; f: the row in fp32. Returns the
 // row's sum of squares, summed over the block (every thread of the block must call it).
+// owned = false (warp-uniform; split rows, where several blocks read a row for its sum and
+// each writes its own part): the warp loads no weight and stores no residual.
 template <typename T, int kElems, int kK, bool kFused>
 __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* weight, float (&f)[kK][kElems],
-                                                 Vec<T, kElems> (&w)[kK], float* scratch) {
+                                                 Vec<T, kElems> (&w)[kK], float* scratch, bool owned = true) {
   using V = Vec<T, kElems>;
   V x[kK], r[kFused ? kK : 1];
 #pragma unroll
@@ -133,8 +139,10 @@ __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* w
 #pragma unroll
     for (int k = 0; k < kK; ++k) r[k] = load_vec<V>(res + decode_col<kElems, kK>(k));
   }
+  if (owned) {
 #pragma unroll
-  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(weight + decode_col<kElems, kK>(k));
+    for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(weight + decode_col<kElems, kK>(k));
+  }
   float sum_sq = 0.f;
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
@@ -149,7 +157,9 @@ __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* w
       }
       sum_sq += f[k][e] * f[k][e];
     }
-    if constexpr (kFused) *reinterpret_cast<V*>(res + decode_col<kElems, kK>(k)) = sum;
+    if constexpr (kFused) {
+      if (owned) *reinterpret_cast<V*>(res + decode_col<kElems, kK>(k)) = sum;
+    }
   }
   return row_group_sum(sum_sq, static_cast<int>(blockDim.x), scratch);
 }

@@ -154,11 +154,12 @@ def test_correctness_fp32(op, batch, hidden, gen):
 
 # The decode kernel (norm.cu: <= 256 rows, hidden a multiple of 512 up to 8192, fused up to
 # 7168) at its shapes and limits, and the shapes just past them that take the other kernels
-# (257 rows, hidden 640, 8192 fused, 16384). On sm90+, hidden >= 16384 runs it in clusters
-# of 8 blocks per row up to 16 rows (16 blocks at hidden >= 32768 up to 4 rows;
-# decode_cluster_blocks): the row counts on either side of each limit at 16384 and 32768;
-# (1, 16896) is no multiple of 8 * 512 (no cluster).
+# (257 rows, hidden 640, 8192 fused, 12288, 16384 beyond 16 rows). On sm90+, hidden >= 16384
+# runs in clusters of 8 blocks per row up to 16 rows (16 blocks at >= 32768 up to 4 rows;
+# decode_cluster_blocks): the row counts on either side of each limit; (1, 16896) is no
+# multiple of 8 * 512 (no cluster).
 DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384),
+                 (1, 7168), (16, 8192), (17, 8192), (32, 7168), (33, 8192), (5, 12288), (20, 16384),
                  (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
 
 

@@ -257,10 +257,12 @@ def test_large_hidden(op, dtype, hidden, tokens, gen):
 
 
 # norm_quant.cu's decode kernel in clusters (sm90+, hidden >= 16384, up to 32 rows: 8 blocks a
-# row up to 8 rows, then 4 (8 at hidden 32768); norm_decode_cluster_blocks): both scale layouts
-# it takes (row-major fp32, packed UE8M0) and the row counts on either side of each limit.
-@pytest.mark.parametrize("tokens", [1, 8, 9, 32, 33])
-@pytest.mark.parametrize("hidden", [16384, 32768])
+# row up to 8 rows, then 4 (8 at hidden 32768); norm_decode_cluster_blocks) and, for the plain
+# op, split rows (7168, 8192, 12288: up to 32 rows, 4 blocks a row up to 16 where the warps
+# divide by 4, else 2; norm_decode_split): both scale layouts the kernel takes (row-major
+# fp32, packed UE8M0) and the row counts on either side of each limit.
+@pytest.mark.parametrize("tokens", [1, 8, 9, 16, 17, 32, 33])
+@pytest.mark.parametrize("hidden", [7168, 8192, 12288, 16384, 32768])
 @pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
 @pytest.mark.parametrize("op", OPS)
 def test_decode_clusters(op, layout, hidden, tokens, gen):
