@@ -572,3 +572,63 @@ def test_bad_inputs_per_tensor(kind, is_static):
         _op(PER_TENSOR)(x, q, s, is_static)
     with raises_op_error(PER_TENSOR, arg, *frags):
         sgl_kernel.sgl_per_tensor_quant_fp8(x, q, s, is_static)
+
+
+# The cluster launchers (sgl_kernel/cluster.cuh) query the device on their first call per
+# shape (cudaFuncGetAttributes, cudaFuncSetAttribute, cudaOccupancyMaxActiveClusters). That
+# first call may come inside torch.cuda.graph's capture (global mode), where an unsafe runtime
+# call would invalidate the capture. A fresh interpreter, so no earlier call warmed the cache:
+# each cluster path is first called under capture, and the replay must match an eager call.
+_FIRST_CALL_IN_CAPTURE = r"""
+import torch
+import sgl_kernel
+
+torch.manual_seed(0)
+bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
+xt = torch.randn(4, 4096, device="cuda", dtype=bf16)        # per-tensor: 2048 vectors, a cluster of 8
+xr = torch.randn(2, 16384, device="cuda", dtype=bf16)       # per-token: 8 blocks a row
+xn = torch.randn(3, 16384, device="cuda", dtype=bf16)       # rmsnorm / norm + quant: clusters at 16384
+w = torch.rand(16384, device="cuda", dtype=bf16) + 0.5
+
+
+def run(outs):
+    qt, st, qr, sr, yn, qn, sn = outs
+    sgl_kernel.sgl_per_tensor_quant_fp8(xt, qt, st, False)
+    sgl_kernel.sgl_per_token_quant_fp8(xr, qr, sr)
+    sgl_kernel.rmsnorm(xn, w, 1e-6, out=yn)
+    sgl_kernel.fused_rmsnorm_quant(xn, qn, sn, w, 128, 1e-10, -448.0, 448.0, False)
+
+
+def alloc():
+    return (torch.empty_like(xt, dtype=fp8), torch.zeros(1, device="cuda"), torch.empty_like(xr, dtype=fp8),
+            torch.empty(2, 1, device="cuda"), torch.empty_like(xn), torch.empty_like(xn, dtype=fp8),
+            torch.empty(3, 128, device="cuda"))
+
+
+graph_outs = alloc()
+torch.cuda.synchronize()
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    run(graph_outs)
+graph_outs[1].zero_()
+g.replay()
+eager_outs = alloc()
+run(eager_outs)
+torch.cuda.synchronize()
+for a, b in zip(graph_outs, eager_outs):
+    assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), "graph replay differs from the eager call"
+print("OK")
+"""
+
+
+def test_cluster_paths_first_call_in_graph_capture():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIRST_CALL_IN_CAPTURE], cwd=root, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, f"subprocess failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert proc.stdout.splitlines()[-1] == "OK", proc.stdout
