@@ -134,6 +134,8 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
     row = blockIdx.x / cs;
     rank = blockIdx.x % cs;
   }
+#elif defined(__CUDA_ARCH__)
+  if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
   const int64_t part = static_cast<int64_t>(rank) * (blockDim.x / 32) * kDecodeRowElems;  // this block's slice
   uint32_t outer, inner;

@@ -253,6 +253,8 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
     row = blockIdx.x / cs;
     rank = static_cast<int>(blockIdx.x % cs);
   }
+#elif defined(__CUDA_ARCH__)
+  if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh

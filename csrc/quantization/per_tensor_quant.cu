@@ -135,7 +135,7 @@ template <typename T, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(kVpt <= 4 ? kSmallThreads : kSmallThreads / 2)
     tensor_quant_onepass_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  if constexpr (kCluster) return;  // no clusters: never launched (cluster_launchable)
+  if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
   constexpr int kVec = kVec16<T>;
   __shared__ uint32_t warp_max[kSmallThreads / 32];

@@ -171,6 +171,8 @@ __global__ void __launch_bounds__(kClusterMaxThreads) row_quant_cluster_kernel(c
   store_share_codes<kCode>(x, out_q, g, total, hidden_vec, inverse_scale(s), p.qmin, p.qmax,
                            needs_clamp<kCode>(p.qmin, p.qmax));
   SGL_PDL_LAUNCH_DEPENDENTS();
+#elif defined(__CUDA_ARCH__)
+  __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
 }
 

@@ -23,7 +23,7 @@ inline constexpr int kMaxClusterBlocks = 16;
 
 // Whether kKernel (a __global__ function) can run in clusters of `cs` blocks (2, 4, 8 or 16) of
 // `threads` threads (a multiple of 32), without dynamic shared memory, on the current device:
-// sm90+ machine code (not, say, sm80 PTX that the driver compiled for this GPU) and a cluster
+// code compiled for sm90+ (not, say, sm80 PTX that the driver compiled for this GPU) and a cluster
 // that the occupancy query places (MPS or green-context partitions may be smaller). Clusters
 // of more than 8 blocks are opted into here, before the first launch. Answers are cached per
 // device (the first 16) and shape.
@@ -36,15 +36,18 @@ bool cluster_launchable(int cs, int threads) {
     return false;
   }
   if (device_capability(device) < 90) return false;
-  static const int binary_version = [] {
+  // The code that runs must have been compiled for sm90+ (its cluster code exists only there):
+  // the machine code's arch and, for PTX the driver compiled for this GPU (an "8.0+PTX" build
+  // on an H100 reports binaryVersion 90), the PTX arch it came from.
+  static const int compiled_for = [] {
     cudaFuncAttributes fa{};
     if (cudaFuncGetAttributes(&fa, kKernel) != cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
-    return fa.binaryVersion;
+    return fa.binaryVersion < fa.ptxVersion ? fa.binaryVersion : fa.ptxVersion;
   }();
-  if (binary_version < 90) return false;
+  if (compiled_for < 90) return false;
   constexpr int kCachedDevices = 16;
   static std::atomic<int8_t> known[kCachedDevices][kMaxClusterBlocks][32];  // 0 unknown, 1 fits, 2 not
   std::atomic<int8_t>* slot = device < kCachedDevices ? &known[device][cs - 1][threads / 32 - 1] : nullptr;
