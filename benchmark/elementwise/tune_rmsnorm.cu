@@ -6,7 +6,8 @@
 // per-thread split of the row changes the fp32 sum of squares in its last bits), and
 // production's against an fp64 host reference on sampled rows.
 //
-//   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_rmsnorm benchmark/elementwise/tune_rmsnorm.cu
+//   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_rmsnorm \
+//     benchmark/elementwise/tune_rmsnorm.cu csrc/common/runtime.cc
 //   /tmp/tune_rmsnorm    # estimated 1-2 min on an H200 with the default shapes
 //
 // (--expt-relaxed-constexpr as in CMakeLists.txt: norm.cu calls constexpr host functions from
@@ -51,6 +52,7 @@
 #include <vector>
 
 #include "../../csrc/elementwise/norm.cu"
+#include "../tune_common.cuh"
 
 namespace tune {
 
@@ -61,16 +63,8 @@ using P = RmsNormParams<T>;
 using LP = LoadPolicy;
 using SP = StorePolicy;
 
-static char g_ctx[160] = "setup";  // what was running, for the error message
-
-#define CK(x)                                                                                            \
-  do {                                                                                                   \
-    cudaError_t e_ = (x);                                                                                \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::printf("CUDA error %s at %s:%d (%s)\n", cudaGetErrorString(e_), __FILE__, __LINE__, g_ctx); \
-      std::exit(1);                                                                                      \
-    }                                                                                                    \
-  } while (0)
+using tune_common::g_ctx;  // what was running, for CK's error message
+using tune_common::median;
 
 // ---------------------------------------------------------------------------------------
 // Candidate kernel
@@ -608,11 +602,6 @@ static uint16_t h_round_bf16(float f) {  // round to nearest even (finite inputs
   return uint16_t(u >> 16);
 }
 
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 struct Options {
   bool plain = true, fused = true, pdl = true, out_per_set = false, list = false;
   std::vector<int64_t> hs, ts;
@@ -923,43 +912,7 @@ int main_impl(int argc, char** argv) {
                       g_ctx, ro.ndiff, ro.max_ulp, ro.nan, rr.ndiff);
         }
 
-        auto call = [&](int i) { CK(fn(params(i % nsets), s)); };
-        for (int i = 0; i < 3; ++i) call(i);
-        CK(cudaStreamSynchronize(s));
-        CK(cudaEventRecord(e0, s));
-        for (int i = 0; i < 3; ++i) call(i);
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float est_ms;
-        CK(cudaEventElapsedTime(&est_ms, e0, e1));
-        est_ms = std::max(est_ms / 3, 1e-3f);
-        int calls = 100;
-        if (!hot) {
-          calls = std::min(100, std::max(2, int(std::ceil(2.0f / est_ms))));
-          calls = (calls + nsets - 1) / nsets * nsets;
-        }
-        const int reps = std::min(40, std::max(8, int(40.0f / (calls * est_ms))));
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < calls; ++i) call(i);
-        CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaStreamSynchronize(s));
-        std::vector<float> ts;
-        for (int i = 0; i < reps; ++i) {
-          CK(cudaEventRecord(e0, s));
-          CK(cudaGraphLaunch(ge, s));
-          CK(cudaEventRecord(e1, s));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          ts.push_back(ms * 1e3f / calls);
-        }
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        c.us = median(ts);
+        c.us = tune_common::graph_us([&](int i) { CK(fn(params(i % nsets), s)); }, hot, nsets, s);
         c.gbps = float(double(nbytes) / (double(c.us) * 1e-6) / 1e9);
       }
       CK(cudaFree(pool));

@@ -179,6 +179,59 @@ std::vector<Variant> variants(int64_t numel) {
   return v;
 }
 
+// One shape's buffers: the filled input, and codes and scales (ns of them) for the variant
+// under test and for the reference.
+struct Buffers {
+  T* x;
+  uint8_t *q, *q_ref;
+  float *s, *s_ref;
+  int64_t n, ns;
+  std::vector<uint8_t> hq_ref;  // the reference, once computed (reference_done)
+  std::vector<float> hs_ref;
+
+  Buffers(int64_t n_, int64_t ns_, uint32_t seed, cudaStream_t st) : n(n_), ns(ns_) {
+    CK(cudaMalloc(&x, n * sizeof(T)));
+    CK(cudaMalloc(&q, n));
+    CK(cudaMalloc(&q_ref, n));
+    CK(cudaMalloc(&s, ns * 4));
+    CK(cudaMalloc(&s_ref, ns * 4));
+    fill_kernel<<<256, 256, 0, st>>>(x, n, seed);
+    CK(cudaGetLastError());
+  }
+  ~Buffers() {
+    CK(cudaFree(x));
+    CK(cudaFree(q));
+    CK(cudaFree(q_ref));
+    CK(cudaFree(s));
+    CK(cudaFree(s_ref));
+  }
+  // Copies the reference's codes and scales to the host (after the reference ran on st).
+  void reference_done(cudaStream_t st) {
+    hq_ref.resize(n);
+    hs_ref.resize(ns);
+    CK(cudaMemcpyAsync(hq_ref.data(), q_ref, n, cudaMemcpyDeviceToHost, st));
+    CK(cudaMemcpyAsync(hs_ref.data(), s_ref, ns * 4, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+  }
+  // Runs `run` once from poisoned codes and scales set to `scale_byte` bytes, compares codes and
+  // scales with the reference bit for bit, then times it; prints "name us" and 'X' on a failed
+  // check.
+  template <typename Run>
+  void check_and_time(const std::string& name, int scale_byte, Run&& run, cudaStream_t st) {
+    CK(cudaMemsetAsync(s, scale_byte, ns * 4, st));
+    CK(cudaMemsetAsync(q, 0xff, n, st));
+    CK(run());
+    std::vector<uint8_t> hq(n);
+    std::vector<float> hs(ns);
+    CK(cudaMemcpyAsync(hq.data(), q, n, cudaMemcpyDeviceToHost, st));
+    CK(cudaMemcpyAsync(hs.data(), s, ns * 4, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    const bool ok = std::memcmp(hq.data(), hq_ref.data(), n) == 0 && std::memcmp(hs.data(), hs_ref.data(), ns * 4) == 0;
+    const float us = tune_common::graph_us([&](int) { CK(run()); }, true, 1, st);
+    std::printf("  %-12s %7.2f us %c\n", name.c_str(), us, ok ? ' ' : 'X');
+  }
+};
+
 // --op token: sgl_per_token_quant_fp8 (row-major fp32 scales [T]) at T rows of H. Rows:
 // "prod" (launch_row_quant as shipped; also the check reference), "cCtTvV" (launch_row_cluster:
 // a cluster of C blocks of T threads per row, V vectors a thread).
@@ -223,20 +276,10 @@ std::vector<RowVariant> row_variants(int64_t rows, int64_t hidden) {
 void run_token(const std::vector<int64_t>& Ts, const std::vector<int64_t>& Hs, cudaStream_t s) {
   for (int64_t H : Hs) {
     for (int64_t Tn : Ts) {
-      const int64_t n = Tn * H;
-      T* x;
-      uint8_t *q, *q_ref;
-      float *sc, *sc_ref;
-      CK(cudaMalloc(&x, n * sizeof(T)));
-      CK(cudaMalloc(&q, n));
-      CK(cudaMalloc(&q_ref, n));
-      CK(cudaMalloc(&sc, Tn * 4));
-      CK(cudaMalloc(&sc_ref, Tn * 4));
-      fill_kernel<<<256, 256, 0, s>>>(x, n, uint32_t(Tn * 7919 + H));
-      CK(cudaGetLastError());
+      Buffers b(Tn * H, Tn, uint32_t(Tn * 7919 + H), s);
       auto params = [&](uint8_t* qq, float* ss) {
         RP p{};
-        p.input = x;
+        p.input = b.x;
         p.output_q = qq;
         p.scales.ptr = ss;
         p.scales.stride_m = 1;
@@ -250,31 +293,14 @@ void run_token(const std::vector<int64_t>& Ts, const std::vector<int64_t>& Hs, c
         p.enable_pdl = true;
         return p;
       };
-      const RP p = params(q, sc), pref = params(q_ref, sc_ref);
-      CK(launch_row_quant<T>(QuantCode::kFp8, pref, s));
-      std::vector<uint8_t> hq(n), hq_ref(n);
-      std::vector<float> hs(Tn), hs_ref(Tn);
-      CK(cudaMemcpyAsync(hq_ref.data(), q_ref, n, cudaMemcpyDeviceToHost, s));
-      CK(cudaMemcpyAsync(hs_ref.data(), sc_ref, Tn * 4, cudaMemcpyDeviceToHost, s));
-      CK(cudaStreamSynchronize(s));
+      const RP p = params(b.q, b.s);
+      CK(launch_row_quant<T>(QuantCode::kFp8, params(b.q_ref, b.s_ref), s));
+      b.reference_done(s);
       std::printf("per-token T=%lld H=%lld\n", (long long)Tn, (long long)H);
       for (const RowVariant& v : row_variants(Tn, H)) {
         std::snprintf(tune_common::g_ctx, sizeof(tune_common::g_ctx), "token %s T=%lld", v.name.c_str(), (long long)Tn);
-        CK(cudaMemsetAsync(sc, 0xff, Tn * 4, s));
-        CK(cudaMemsetAsync(q, 0xff, n, s));
-        CK(v.run(p, s));
-        CK(cudaMemcpyAsync(hq.data(), q, n, cudaMemcpyDeviceToHost, s));
-        CK(cudaMemcpyAsync(hs.data(), sc, Tn * 4, cudaMemcpyDeviceToHost, s));
-        CK(cudaStreamSynchronize(s));
-        const bool ok = std::memcmp(hq.data(), hq_ref.data(), n) == 0 && std::memcmp(hs.data(), hs_ref.data(), Tn * 4) == 0;
-        const float us = tune_common::graph_us([&](int) { CK(v.run(p, s)); }, true, 1, s);
-        std::printf("  %-12s %7.2f us %c\n", v.name.c_str(), us, ok ? ' ' : 'X');
+        b.check_and_time(v.name, 0xff, [&] { return v.run(p, s); }, s);
       }
-      CK(cudaFree(x));
-      CK(cudaFree(q));
-      CK(cudaFree(q_ref));
-      CK(cudaFree(sc));
-      CK(cudaFree(sc_ref));
     }
   }
 }
@@ -301,27 +327,15 @@ int main(int argc, char** argv) {
   for (int64_t H : Hs) {
     for (int64_t Tn : Ts) {
       const int64_t n = Tn * H;
-      T* x;
-      uint8_t *q, *q_ref;
-      float *sc, *sc_ref;
-      CK(cudaMalloc(&x, n * sizeof(T)));
-      CK(cudaMalloc(&q, n));
-      CK(cudaMalloc(&q_ref, n));
-      CK(cudaMalloc(&sc, 4));
-      CK(cudaMalloc(&sc_ref, 4));
-      fill_kernel<<<256, 256, 0, s>>>(x, n, uint32_t(Tn * 7919 + H));
-      CK(cudaGetLastError());
-      P p{x, q, sc, n, true, true};
-      P pref{x, q_ref, sc_ref, n, true, true};
-      CK(cudaMemsetAsync(sc_ref, 0, 4, s));
+      Buffers b(n, 1, uint32_t(Tn * 7919 + H), s);
+      const P p{b.x, b.q, b.s, n, true, true};
+      CK(cudaMemsetAsync(b.s_ref, 0, 4, s));
+      const P pref{b.x, b.q_ref, b.s_ref, n, true, true};
       CK(launch_amax(pref, n / kVec16<T>, s));
       CK(launch_codes(pref, n / kVec16<T>, s));
-      std::vector<uint8_t> hq(n), hq_ref(n);
-      float hs = 0.f, hs_ref = 0.f;
-      CK(cudaMemcpyAsync(hq_ref.data(), q_ref, n, cudaMemcpyDeviceToHost, s));
-      CK(cudaMemcpyAsync(&hs_ref, sc_ref, 4, cudaMemcpyDeviceToHost, s));
-      CK(cudaStreamSynchronize(s));
-      std::printf("T=%lld H=%lld (scale %.6g)\n", (long long)Tn, (long long)H, hs_ref);
+      b.reference_done(s);
+      std::printf("T=%lld H=%lld (scale %.6g)\n", (long long)Tn, (long long)H, b.hs_ref[0]);
+      float* sc = b.s;
       std::vector<Variant> vs = variants(n);
       vs.push_back({"zero+prod", [sc](const P& pp, cudaStream_t st) {
                       const cudaError_t e = cudaMemsetAsync(sc, 0, 4, st);
@@ -339,21 +353,8 @@ int main(int argc, char** argv) {
                     }});
       for (const Variant& v : vs) {
         std::snprintf(tune_common::g_ctx, sizeof(tune_common::g_ctx), "%s T=%lld", v.name.c_str(), (long long)Tn);
-        CK(cudaMemsetAsync(sc, 0, 4, s));
-        CK(cudaMemsetAsync(q, 0xff, n, s));
-        CK(v.run(p, s));
-        CK(cudaMemcpyAsync(hq.data(), q, n, cudaMemcpyDeviceToHost, s));
-        CK(cudaMemcpyAsync(&hs, sc, 4, cudaMemcpyDeviceToHost, s));
-        CK(cudaStreamSynchronize(s));
-        const bool ok = std::memcmp(hq.data(), hq_ref.data(), n) == 0 && std::memcmp(&hs, &hs_ref, 4) == 0;
-        const float us = tune_common::graph_us([&](int) { CK(v.run(p, s)); }, true, 1, s);
-        std::printf("  %-12s %7.2f us %c\n", v.name.c_str(), us, ok ? ' ' : 'X');
+        b.check_and_time(v.name, 0, [&] { return v.run(p, s); }, s);
       }
-      CK(cudaFree(x));
-      CK(cudaFree(q));
-      CK(cudaFree(q_ref));
-      CK(cudaFree(sc));
-      CK(cudaFree(sc_ref));
     }
   }
   return 0;
