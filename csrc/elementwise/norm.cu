@@ -47,7 +47,10 @@ constexpr int kVecBlockThreads = 128;
 // Lane `lane` of a row group of `tpr` threads holds vectors lane + k * tpr, k < kVpt. The
 // launcher picks tpr with (kVpt - 1) * tpr <= hidden / kVec <= kVpt * tpr, so every vector but
 // the last (k = kVpt - 1) exists in every lane: only that one is bounds-checked.
-template <typename T, int kVpt, bool kFused, bool kGemma>
+// kTpr > 0: the row is exactly kVpt * kTpr vectors and the group kTpr threads (the launcher
+// checks), known at compile time: no bounds check, constant offsets, an inlined group sum.
+// kLatePdl: trigger the dependent launch after the stores instead of right after the wait.
+template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false>
 __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_regs(kVpt))
     rmsnorm_vec_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   constexpr int kVec = kVec16<T>;
@@ -57,13 +60,13 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   __shared__ float scratch[32];  // one partial sum per warp of the block
 
   const int lane = threadIdx.x;
-  const int tpr = blockDim.x;
+  const int tpr = kTpr > 0 ? kTpr : static_cast<int>(blockDim.x);
   const int hv = static_cast<int>(p.hidden / kVec);  // <= 4096 (launcher)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   // Rows past the end still take part in the shuffles and the barrier (no early exit: a
   // warp may hold several row groups).
   const bool row_valid = row < p.rows;
-  const bool has_last = lane + (kVpt - 1) * tpr < hv;
+  const bool has_last = kTpr > 0 || lane + (kVpt - 1) * tpr < hv;
   auto exists = [&](int k) { return k < kVpt - 1 || has_last; };
   auto col = [&](int k) { return (lane + k * tpr) * kVec; };  // element offset of vector k
   uint32_t outer = 0, inner = 0;
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
   SGL_PDL_WAIT();  // before any input is read (the weight included)
-  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  if constexpr (!kLatePdl) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   using Wd = Words<T>;
   constexpr int kPer = Wd::kPer;
   Word4 x[kVpt], w[kVpt];
@@ -100,6 +103,7 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
       }
     }
   }
+  if constexpr (kLatePdl) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Decode kernel (<= 256 rows, hidden a multiple of 512 up to 8192 (fused: 7168), pointers and
@@ -200,12 +204,12 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
   }
 }
 
-template <typename T, int kVpt, bool kFused, bool kGemma>
+template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false>
 cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int tpr, cudaStream_t stream) {
   const int groups = std::max(1, kVecBlockThreads / tpr);
   const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, groups)));
   const dim3 block(static_cast<uint32_t>(tpr), static_cast<uint32_t>(groups));
-  return launch_kernel(rmsnorm_vec_kernel<T, kVpt, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl, p,
+  return launch_kernel(rmsnorm_vec_kernel<T, kVpt, kFused, kGemma, kTpr, kLatePdl>, grid, block, 0, stream, p.enable_pdl, p,
                        rows_inner);
 }
 
@@ -230,6 +234,18 @@ template <typename T, bool kFused, bool kGemma>
 cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
                            cudaStream_t stream) {
   const int regime = p.rows <= 256 ? 0 : 1;  // decode, many rows
+  // Decode rows of exactly 1024 or 2048 vectors (bf16/fp16 H=8192 and 16384, fp32 H=4096 and
+  // 8192): 8 vectors a lane with the group size compiled in, and at 1024 the dependents
+  // launched after the stores. NOTE (H200, bf16, tune_rmsnorm.cu "prod", one machine, two
+  // alternations, us at T=1/16/32/128/256): fused H=8192 1.92/2.03/2.04/2.90/6.16 before (4
+  // vectors, group size at run time), 1.90/1.95/1.97/2.72/5.36 compiled in, 1.82/1.94/1.99/
+  // 2.48/5.43 also with the late trigger; fused H=16384 T=32/128/256 3.02/5.93/10.97 before,
+  // 2.96/5.64/9.70 compiled in, 3.26/6.26/9.57 with the late trigger (kept early there); plain
+  // H=16384 2.27/3.22/6.51 before, 2.16/3.07/4.92 compiled in. 8 vectors with the group size at
+  // run time were slower than 4 (fused H=8192 2.03/2.24/2.30/2.76 at T=1/16/32/128, another
+  // machine where 4 vectors gave 1.79/2.04/2.08/2.61).
+  if (regime == 0 && hv == 1024) return launch_vec<T, 8, kFused, kGemma, 128, true>(p, rows_inner, 128, stream);
+  if (regime == 0 && hv == 2048) return launch_vec<T, 8, kFused, kGemma, 256>(p, rows_inner, 256, stream);
   static constexpr int kOrder[2][6] = {{4, 2, 8, 0, 0, 0}, {8, 6, 4, 12, 16, 2}};
   for (const int vpt : kOrder[regime]) {
     if (vpt == 0) break;  // end of the list
