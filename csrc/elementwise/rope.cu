@@ -45,6 +45,9 @@ constexpr int kBatch = 4;
 // Warps to aim for when there are few tokens (a token then gets several warps): about four
 // waves of 132 SMs x 16 warps. Not yet tuned on a GPU.
 constexpr int64_t kTargetWarps = 8192;
+// Many tokens: see launch_rope.
+constexpr int64_t kLongTokens = 16384;
+constexpr int kLongSteps = 8;
 
 // How the launcher cut the work; the same for every warp.
 struct RopeLayout {
@@ -146,8 +149,8 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // Measured on an H100 in a CUDA graph (benchmark/elementwise/tune_rope.cu, 32 q / 8 k heads,
 // D = R = 128, PDL on): T = 1/16/128 1.82/1.93/2.39 us with every branch kept and 64-bit warp
 // arithmetic, 1.64/1.69/2.09 without (1.99/2.04/2.50 with PDL off, the wrapper's default).
-// Since the launcher caps steps at kBatch, the loop over batches below runs once; it is kept
-// so that the cap can change without touching the kernel.
+// Below kLongTokens tokens the launcher caps steps at kBatch and the loop over batches below
+// runs once; from there on a warp may take up to kLongSteps heads in several batches.
 template <typename T, bool kInterleave, typename TPos, bool kGeneral>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");
@@ -297,12 +300,21 @@ cudaError_t launch_rope(const RopeParams<T>& p, cudaStream_t stream) {
   if (p.nnz == 0 || l.total_heads == 0) return cudaSuccess;
   const int all_steps = ceil_div(l.total_heads, l.slots);
   // Warps per token: as few as kBatch steps allow when there are enough tokens to fill the
-  // GPU, else enough to reach kTargetWarps warps.
-  // At most kBatch steps a warp (one batch of loads): at 9000 and 32768 tokens (40 heads of
-  // 128, 10 steps) 4 steps a warp took 66.9 / 233.2 us against 69.6 / 239.8 for all 10 in one
-  // warp (H100, tune_rope.cu "prod s4").
+  // GPU, else enough to reach kTargetWarps warps. At most kBatch steps a warp (one batch of
+  // loads) below kLongTokens tokens: at 9000 tokens (40 heads of 128, 10 steps) 4 steps a
+  // warp took 66.9 us against 69.6 for all 10 in one warp (H100, tune_rope.cu "prod s4").
+  // From kLongTokens tokens on, a warp takes up to kLongSteps heads a lane, the token's steps
+  // split evenly (40 heads: 2 warps of 5 steps). NOTE (H200, tune_rope.cu "prod sN", NeoX, us
+  // at T=4096 / 8192 / 16384 / 32768): s4 25.10 / 47.18 / 90.59 / 177.12, s5 25.61 / 47.12 /
+  // 88.99 / 173.28, s8 25.35 / 46.46 / 89.03 / 173.40, s10 29.04 / 48.17 / 90.13 / 173.85
+  // (GPT-J within 0.2 us of these). The H100 of session 10 had s4 ahead of s10 at 32768
+  // tokens (233.2 against 239.8 us); s5 was not measured there.
   const int64_t want = std::clamp<int64_t>(ceil_div<int64_t>(kTargetWarps, p.nnz), 1, all_steps);
-  l.steps = std::min(kBatch, ceil_div(all_steps, static_cast<int>(want)));
+  if (p.nnz >= kLongTokens) {
+    l.steps = ceil_div(all_steps, ceil_div(all_steps, kLongSteps));
+  } else {
+    l.steps = std::min(kBatch, ceil_div(all_steps, static_cast<int>(want)));
+  }
   l.chunks = ceil_div(all_steps, l.steps);
   // The kernel's warp index is 32-bit: 2^32 warps would be 4e9 tokens at one warp each.
   const int64_t warps = p.nnz * l.chunks;

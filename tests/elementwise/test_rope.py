@@ -209,6 +209,16 @@ def test_serving_shape(is_neox, fused, gen):
     run_and_check(x, is_neox, fused=fused, gen=gen)
 
 
+@pytest.mark.parametrize("hq, hk, d, r", [(7, 1, 128, 64), (64, 8, 128, 128), (5, 3, 256, 256)])
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_many_tokens_head_counts(hq, hk, d, r, is_neox, fused, gen):
+    """From 16384 tokens on, a warp takes up to 8 heads a lane in several batches of loads:
+    head counts whose steps do not split evenly, partial rotary, fused or not."""
+    x = make_inputs(16500, hq, hk, d, r, torch.bfloat16, gen)
+    run_and_check(x, is_neox, fused=fused, gen=gen)
+
+
 @pytest.mark.parametrize("pos_dtype", [torch.int32, torch.int64], ids=str)
 @pytest.mark.parametrize("how", ["wrapper", "op"])
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
