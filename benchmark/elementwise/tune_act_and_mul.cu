@@ -7,9 +7,13 @@
 //        benchmark/elementwise/tune_act_and_mul.cu -o /tmp/tune && /tmp/tune
 //
 // Prints GB/s (input read + output write) per variant at prefill shapes (inputs rotated so
-// nothing is served from L2) and per-launch time inside a CUDA graph at decode shapes.
+// nothing is served from L2) and per-launch time inside a CUDA graph at decode shapes. Besides
+// the launch shapes: "siluN" rows, other formulations of silu (silu_pair below; their accuracy
+// against fp64 is printed too), and "floor" rows, kernels that move the same bytes with no
+// arithmetic (the NOTE in activation.cuh quotes both).
 #include <algorithm>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <vector>
 
@@ -41,6 +45,48 @@ __global__ void fill_kernel(T* p, size_t n, uint32_t seed) {
 
 using KernelFn = void (*)(T*, const T*, FastDivmod, uint32_t);
 
+// Vector i of the output: its two input vectors (gate half a, up half b), read-only loads.
+__device__ __forceinline__ void load_halves(const T* input, const FastDivmod& d_vec, uint32_t i, Vec<T, 8>& a,
+                                            Vec<T, 8>& b) {
+  const int64_t half = static_cast<int64_t>(d_vec.divisor) * 8;
+  uint32_t row, col;
+  d_vec.divmod(i, row, col);
+  const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * 8;
+  a = load_vec<Vec<T, 8>, LoadPolicy::kStream>(x);
+  b = load_vec<Vec<T, 8>, LoadPolicy::kStream>(x + half);
+}
+
+// Memory floors with the vector kernel's indexing (16-byte vectors, one per thread): kMode 0
+// reads both halves and writes a + b (the same bytes as silu_and_mul, no transcendental),
+// 1 reads both halves and writes only where the sum is a NaN (reads alone), 2 writes a
+// constant (writes alone).
+template <int kThreads, int kMode>
+__global__ void __launch_bounds__(kThreads) floor_kernel(T* __restrict__ out, const T* __restrict__ input,
+                                                         FastDivmod d_vec, uint32_t total_vec) {
+  using V = Vec<T, 8>;
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  if (i >= total_vec) return;
+  V o;
+  if constexpr (kMode == 2) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = from_float<T>(1.0f);
+    *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * 8) = o;
+    return;
+  } else {
+    V a, b;
+    load_halves(input, d_vec, i, a, b);
+    float acc = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      o[k] = from_float<T>(to_float(a[k]) + to_float(b[k]));
+      acc += to_float(o[k]);
+    }
+    if (kMode == 0 || acc != acc) *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * 8) = o;
+  }
+}
+
 struct Variant {
   const char* name;
   KernelFn fn;
@@ -51,6 +97,88 @@ struct Variant {
 
 #define VARIANT(TH, VE, UN, LD, NAME) \
   Variant { NAME, act_and_mul_vec_kernel<T, Activation::kSilu, TH, VE, UN, LD>, TH, UN, VE }
+
+// silu formulations (one 16-byte vector per thread, read-only loads: the "mid" shape). The
+// multi-function unit (ex2, rcp, tanh: 16 results per clock per SM) runs 2 ops per element in
+// the production form; these spend fewer:
+//   0 production: x / (1 + 2^(-x log2 e)) with __expf and __fdividef (2 MUFU)
+//   1 0.5 x (1 + tanh.approx(x / 2)) (1 MUFU; loses relative accuracy for x << 0)
+//   2 ex2 in fp32, the reciprocal by two Newton steps from an integer guess (1 MUFU)
+//   4 as 0 with ex2.approx and rcp.approx directly (no __fdividef range handling)
+//   3 ex2.approx.f16x2 on pairs, then rcp.approx (1.5 MUFU; 2^(-x log2 e) overflows fp16 for
+//     x < -11.1: the result is then -0)
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_newton(float y) {  // y >= 1, finite
+  float r = __int_as_float(0x7EF311C3 - __float_as_int(y));
+  r = fmaf(r, fmaf(-y, r, 1.0f), r);
+  r = fmaf(r, fmaf(-y, r, 1.0f), r);
+  return r;
+}
+template <int kMode>
+__device__ __forceinline__ void silu_pair(float x0, float x1, float& y0, float& y1) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if constexpr (kMode == 0) {
+    y0 = __fdividef(x0, 1.0f + __expf(-x0));
+    y1 = __fdividef(x1, 1.0f + __expf(-x1));
+  } else if constexpr (kMode == 1) {
+    const float h0 = 0.5f * x0, h1 = 0.5f * x1;
+    y0 = fmaf(h0, tanh_approx(h0), h0);
+    y1 = fmaf(h1, tanh_approx(h1), h1);
+  } else if constexpr (kMode == 2) {
+    y0 = x0 * rcp_newton(1.0f + ex2_approx(fminf(-x0 * kLog2e, 126.0f)));
+    y1 = x1 * rcp_newton(1.0f + ex2_approx(fminf(-x1 * kLog2e, 126.0f)));
+  } else if constexpr (kMode == 4) {
+    y0 = x0 * rcp_approx(1.0f + ex2_approx(-x0 * kLog2e));
+    y1 = x1 * rcp_approx(1.0f + ex2_approx(-x1 * kLog2e));
+  } else {
+    const __half2 t = __floats2half2_rn(-x0 * kLog2e, -x1 * kLog2e);
+    uint32_t e;
+    asm("ex2.approx.f16x2 %0, %1;" : "=r"(e) : "r"(*reinterpret_cast<const uint32_t*>(&t)));
+    const __half2 eh = *reinterpret_cast<const __half2*>(&e);
+    y0 = x0 * __frcp_rn(1.0f + __low2float(eh));
+    y1 = x1 * __frcp_rn(1.0f + __high2float(eh));
+  }
+}
+template <int kMode>
+__global__ void __launch_bounds__(256) silu_mode_kernel(T* __restrict__ out, const T* __restrict__ input,
+                                                        FastDivmod d_vec, uint32_t total_vec) {
+  using V = Vec<T, 8>;
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  const uint32_t i = blockIdx.x * 256 + threadIdx.x;
+  if (i >= total_vec) return;
+  V a, b;
+  load_halves(input, d_vec, i, a, b);
+  V o;
+#pragma unroll
+  for (int k = 0; k < 8; k += 2) {
+    float y0, y1;
+    silu_pair<kMode>(to_float(a[k]), to_float(a[k + 1]), y0, y1);
+    o[k] = from_float<T>(y0 * to_float(b[k]));
+    o[k + 1] = from_float<T>(y1 * to_float(b[k + 1]));
+  }
+  *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * 8) = o;
+}
+// Accuracy of a formulation: silu of n points in fp32.
+template <int kMode>
+__global__ void silu_points_kernel(const float* x, float* y, int n) {
+  const int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (i + 1 < n) silu_pair<kMode>(x[i], x[i + 1], y[i], y[i + 1]);
+}
 
 static float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -81,7 +209,19 @@ int main() {
       VARIANT(128, 8, 1, LP::kStream, "t128 16B u1 nc"),
       VARIANT(256, 8, 2, LP::kStream, "t256 16B u2 nc"),
       VARIANT(256, 4, 2, LP::kDefault, "t256 8B u2"),
+      VARIANT(512, 8, 1, LP::kStream, "t512 16B u1 nc"),
+      VARIANT(128, 8, 2, LP::kStream, "t128 16B u2 nc"),
+      VARIANT(1024, 8, 1, LP::kStream, "t1024 16B u1 nc"),
+      Variant{"silu1 tanh.approx", silu_mode_kernel<1>, 256, 1, 8},
+      Variant{"silu2 ex2 + newton rcp", silu_mode_kernel<2>, 256, 1, 8},
+      Variant{"silu3 ex2.f16x2 + rcp", silu_mode_kernel<3>, 256, 1, 8},
+      Variant{"silu0 (mid, as a mode)", silu_mode_kernel<0>, 256, 1, 8},
+      Variant{"silu4 ex2 + rcp.approx", silu_mode_kernel<4>, 256, 1, 8},
+      Variant{"floor: read 2 + write 1", floor_kernel<256, 0>, 256, 1, 8},
+      Variant{"floor: reads only", floor_kernel<256, 1>, 256, 1, 8},
+      Variant{"floor: writes only", floor_kernel<256, 2>, 256, 1, 8},
   };
+  const size_t n_agree = variants.size() - 8;  // the silu modes and the floors compute something else
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   CK(cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, 0));
@@ -155,14 +295,67 @@ int main() {
     const size_t in_elems = size_t(rows) * 2 * d, out_elems = size_t(rows) * d;
     std::vector<uint16_t> ref(out_elems), got(out_elems);
     T* out = pool + in_elems;
-    for (size_t k = 0; k < variants.size(); ++k) {
+    for (size_t k = 0; k < n_agree; ++k) {
       CK(cudaMemsetAsync(out, 0xff, out_elems * sizeof(T), s));
       launch(variants[k], out, pool, rows, d, s);
       CK(cudaMemcpyAsync(k == 0 ? ref.data() : got.data(), out, out_elems * sizeof(T), cudaMemcpyDeviceToHost, s));
       CK(cudaStreamSynchronize(s));
       if (k > 0 && got != ref) std::printf("MISMATCH: %s differs from %s\n", variants[k].name, variants[0].name);
     }
-    std::printf("variants agree bitwise: checked %zu variants\n", variants.size());
+    std::printf("variants agree bitwise: checked %zu variants\n", n_agree);
+  }
+
+  // Accuracy of the silu formulations against fp64 on x in [-120, 120] (plus +-inf, NaN):
+  // the largest relative error where |silu| > 1e-30, the largest absolute error, and the
+  // largest error in bf16 / fp16 steps after rounding both to the type.
+  {
+    std::vector<float> xs;
+    for (int i = 0; i < (1 << 20); ++i) xs.push_back(-120.0f + 240.0f * i / float(1 << 20));
+    for (int i = 0; i < 4096; ++i) xs.push_back(-8.0f + 16.0f * i / 4096.0f + 1e-3f);
+    const int sp = int(xs.size());  // the special values
+    xs.push_back(-INFINITY);
+    xs.push_back(INFINITY);
+    xs.push_back(NAN);
+    xs.push_back(0.0f);
+    if (xs.size() % 2) xs.push_back(1.0f);
+    const int n = int(xs.size());
+    float *dx, *dy;
+    CK(cudaMalloc(&dx, n * 4));
+    CK(cudaMalloc(&dy, n * 4));
+    CK(cudaMemcpy(dx, xs.data(), n * 4, cudaMemcpyHostToDevice));
+    std::vector<float> ys(n);
+    using PointsFn = void (*)(const float*, float*, int);
+    const PointsFn fns[5] = {silu_points_kernel<0>, silu_points_kernel<1>, silu_points_kernel<2>, silu_points_kernel<3>,
+                             silu_points_kernel<4>};
+    auto bf16_of = [](float f) { return double(__bfloat162float(__float2bfloat16_rn(f))); };
+    auto fp16_of = [](float f) { return double(__half2float(__float2half_rn(f))); };
+    for (int m = 0; m < 5; ++m) {
+      fns[m]<<<(n / 2 + 255) / 256, 256>>>(dx, dy, n);
+      CK(cudaMemcpy(ys.data(), dy, n * 4, cudaMemcpyDeviceToHost));
+      double max_rel = 0, max_abs = 0, rel_at = 0, bf_steps = 0, h_steps = 0;
+      for (int i = 0; i < sp; ++i) {
+        const double x = xs[i], ref = x / (1.0 + std::exp(-x));
+        const double err = std::fabs(double(ys[i]) - ref);
+        if (std::fabs(ref) > 1e-30 && err / std::fabs(ref) > max_rel) {
+          max_rel = err / std::fabs(ref);
+          rel_at = x;
+        }
+        max_abs = std::max(max_abs, err);
+        const double rb = bf16_of(float(ref)), gb = bf16_of(ys[i]);
+        const double ub = std::max(std::fabs(rb) * std::ldexp(1.0, -8), 1e-38);
+        bf_steps = std::max(bf_steps, std::fabs(gb - rb) / ub);
+        if (std::fabs(ref) < 6e4) {
+          const double rh = fp16_of(float(ref)), gh = fp16_of(ys[i]);
+          const double uh = std::max(std::fabs(rh) * std::ldexp(1.0, -11), std::ldexp(1.0, -24));
+          h_steps = std::max(h_steps, std::fabs(gh - rh) / uh);
+        }
+      }
+      std::printf("silu mode %d: max rel %.2e (x = %.3f), max abs %.2e, bf16 steps %.1f, fp16 steps %.1f; "
+                  "silu(-inf, inf, nan, 0) = %g %g %g %g\n",
+                  m, max_rel, rel_at, max_abs, bf_steps, h_steps, ys[sp], ys[sp + 1], ys[sp + 2], ys[sp + 3]);
+    }
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
   }
 
   // Decode shapes: per-launch time inside a CUDA graph of 100 launches.
