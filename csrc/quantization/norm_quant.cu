@@ -257,13 +257,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
   SGL_PDL_WAIT();
-  // NOTE (H200, tune_norm_quant.cu "prod", bf16 g=128, two alternations, us at T=1/16/128):
-  // the dependents launched after the stores rather than right after the wait: norm + quant
-  // H=4096 1.43/1.52/1.72 -> 1.39/1.50/1.73, add H=4096 1.63/1.75/2.00 -> 1.60/1.74/2.02,
-  // packed UE8M0 H=7168 1.54/1.61/2.13 -> 1.50/1.57/2.10, add 2.07/2.26/2.60 -> 2.03/2.22/2.51;
-  // the group quant alone H=4096 1.00/1.05/1.16 -> 0.95/1.03/1.17, H=7168 1.13/1.19/1.39 ->
-  // 1.09/1.15/1.30. Clusters (not measured that way) keep the early trigger.
-  if constexpr (kCluster) SGL_PDL_LAUNCH_DEPENDENTS();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).
   const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
   const int64_t part = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
@@ -291,10 +285,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
       for (int e = 0; e < kElems; ++e) f[k][e] = to_float(x[e]);
     }
   }
-  if (!owned) {  // (whole warps: the rest has only warp-wide steps)
-    if constexpr (!kCluster) SGL_PDL_LAUNCH_DEPENDENTS();
-    return;
-  }
+  if (!owned) return;  // (whole warps: the rest has only warp-wide steps)
 
   float y[kK][kElems];
   uint32_t gmax[kK];
@@ -338,7 +329,6 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
     *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
         to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
   }
-  if constexpr (!kCluster) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Blocks per row of the norm + quant decode kernel (1: one block; it takes at most 16384
