@@ -243,7 +243,10 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   // 2.96/5.64/9.70 compiled in, 3.26/6.26/9.57 with the late trigger (kept early there); plain
   // H=16384 2.27/3.22/6.51 before, 2.16/3.07/4.92 compiled in. 8 vectors with the group size at
   // run time were slower than 4 (fused H=8192 2.03/2.24/2.30/2.76 at T=1/16/32/128, another
-  // machine where 4 vectors gave 1.79/2.04/2.08/2.61).
+  // machine where 4 vectors gave 1.79/2.04/2.08/2.61). bench_norm.py, one H200, the trigger
+  // early / late alternated twice (fused H=8192 T=1/16/128): 1.79/1.96/2.54 / 1.83/1.98/2.48.
+  // (For the norm + quant decode kernel the bench contradicted the tune's late-trigger gain:
+  // RESULTS.md, session 12.)
   if (regime == 0 && hv == 1024) return launch_vec<T, 8, kFused, kGemma, 128, true>(p, rows_inner, 128, stream);
   if (regime == 0 && hv == 2048) return launch_vec<T, 8, kFused, kGemma, 256>(p, rows_inner, 256, stream);
   static constexpr int kOrder[2][6] = {{4, 2, 8, 0, 0, 0}, {8, 6, 4, 12, 16, 2}};
