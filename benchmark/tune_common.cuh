@@ -91,30 +91,13 @@ inline double copy_gbps(cudaStream_t s) {
   return gbps;
 }
 
-// benchmark/harness.py's timing of one call: call(i) (i = 0, 1, ...: the call picks its
-// buffer set) is estimated eagerly, then captured `calls` times in a CUDA graph (100 when
-// hot, else enough for ~2 ms, a multiple of nsets), and the median replay time over 8-40
-// replays is returned per call, in microseconds.
+// call(i) for i < calls captured in one CUDA graph, replayed once untimed, then `reps` times
+// between two events: the median replay time per call, in microseconds.
 template <typename Call>
-inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
+inline float graph_replay_us(Call&& call, int calls, int reps, cudaStream_t s) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) call(i);
-  CK(cudaStreamSynchronize(s));
-  CK(cudaEventRecord(e0, s));
-  for (int i = 0; i < 3; ++i) call(i);
-  CK(cudaEventRecord(e1, s));
-  CK(cudaEventSynchronize(e1));
-  float est_ms = 0.f;
-  CK(cudaEventElapsedTime(&est_ms, e0, e1));
-  est_ms = std::max(est_ms / 3, 1e-3f);
-  int calls = 100;
-  if (!hot) {
-    calls = std::min(100, std::max(2, int(std::ceil(2.0f / est_ms))));
-    calls = (calls + nsets - 1) / nsets * nsets;
-  }
-  const int reps = std::min(40, std::max(8, int(40.0f / (calls * est_ms))));
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -138,6 +121,35 @@ inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
   return median(ts);
+}
+
+// benchmark/harness.py's timing of one call: call(i) (i = 0, 1, ...: the call picks its
+// buffer set) is estimated eagerly, then captured `calls` times in a CUDA graph (100 when
+// hot, else enough for ~2 ms, a multiple of nsets), and the median replay time over 8-40
+// replays is returned per call, in microseconds.
+template <typename Call>
+inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) call(i);
+  CK(cudaStreamSynchronize(s));
+  CK(cudaEventRecord(e0, s));
+  for (int i = 0; i < 3; ++i) call(i);
+  CK(cudaEventRecord(e1, s));
+  CK(cudaEventSynchronize(e1));
+  float est_ms = 0.f;
+  CK(cudaEventElapsedTime(&est_ms, e0, e1));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  est_ms = std::max(est_ms / 3, 1e-3f);
+  int calls = 100;
+  if (!hot) {
+    calls = std::min(100, std::max(2, int(std::ceil(2.0f / est_ms))));
+    calls = (calls + nsets - 1) / nsets * nsets;
+  }
+  const int reps = std::min(40, std::max(8, int(40.0f / (calls * est_ms))));
+  return graph_replay_us(call, calls, reps, s);
 }
 
 }  // namespace tune_common

@@ -445,9 +445,6 @@ static void time_op(Op op, const std::vector<int64_t>& ts, const Options& opt, c
   const int nt = static_cast<int>(ts.size());
   std::vector<float> us(kNumVariants * nt, 0.f), gbps(kNumVariants * nt, 0.f);
   std::vector<std::string> modes(nt);
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   const Variant* vs = variants(op);
   for (int ti = 0; ti < nt; ++ti) {
     const int64_t t = ts[ti];
@@ -470,33 +467,13 @@ static void time_op(Op op, const std::vector<int64_t>& ts, const Options& opt, c
       std::snprintf(g_ctx, sizeof(g_ctx), "time %s %s %s", kOpNames[op], l.name.c_str(), var.name);
       CK(var.fn(sets[0].params(l, opt.pdl), s));  // warm-up, outside the graph
       CK(cudaStreamSynchronize(s));
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      for (int c = 0; c < calls; ++c) CK(var.fn(sets[c % nsets].params(l, opt.pdl), s));
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, s));  // warm-up replay
-      std::vector<float> times;
-      for (int r = 0; r < reps; ++r) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0.f;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        times.push_back(ms);
-      }
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
-      const float per_call_us = median(times) * 1e3f / calls;
+      const float per_call_us = tune_common::graph_replay_us(
+          [&](int c) { CK(var.fn(sets[c % nsets].params(l, opt.pdl), s)); }, calls, reps, s);
       us[vi * nt + ti] = per_call_us;
       gbps[vi * nt + ti] = static_cast<float>(bytes / (per_call_us * 1e-6) / 1e9);
     }
     for (Buffers& b : sets) b.free_all();
   }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
 
   std::printf("\n%s bf16 (%s), PDL %s: us per call (GB/s) [x old]\n", kOpNames[op],
               op == kMlaK ? "H=128 Dn=128 Dr=64" : "T1=128, 512 + 64", opt.pdl ? "on" : "off");

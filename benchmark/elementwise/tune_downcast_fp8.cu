@@ -416,9 +416,6 @@ static void time_dtype(const char* dname, const Options& opt, cudaStream_t s, in
   // [scale][variant][T]
   std::vector<float> us(2 * kNumVariants * nt, 0.f), gbps(2 * kNumVariants * nt, 0.f);
   std::vector<std::string> modes(nt);
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   for (int ti = 0; ti < nt; ++ti) {
     const int64_t t = opt.ts[ti];
     const double bytes = 2.0 * t * kRow * sizeof(T) + t * 8.0 + 8.0 + 2.0 * t * kRow;
@@ -449,26 +446,8 @@ static void time_dtype(const char* dname, const Options& opt, cudaStream_t s, in
         const LaunchFn<T> fn = var.get<T>();
         CK(fn(sets[0].params(1, 0, opt.pdl), s));  // warm-up, outside the graph
         CK(cudaStreamSynchronize(s));
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        for (int c = 0; c < calls; ++c) CK(fn(sets[c % nsets].params(1, 0, opt.pdl), s));
-        CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, s));  // warm-up replay
-        std::vector<float> ts;
-        for (int r = 0; r < reps; ++r) {
-          CK(cudaEventRecord(e0, s));
-          CK(cudaGraphLaunch(ge, s));
-          CK(cudaEventRecord(e1, s));
-          CK(cudaEventSynchronize(e1));
-          float ms = 0.f;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          ts.push_back(ms);
-        }
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        const float per_call_us = median(ts) * 1e3f / calls;
+        const float per_call_us = tune_common::graph_replay_us(
+            [&](int c) { CK(fn(sets[c % nsets].params(1, 0, opt.pdl), s)); }, calls, reps, s);
         const size_t idx = (static_cast<size_t>(sc) * kNumVariants + vi) * nt + ti;
         us[idx] = per_call_us;
         gbps[idx] = static_cast<float>(bytes / (per_call_us * 1e-6) / 1e9);
@@ -476,8 +455,6 @@ static void time_dtype(const char* dname, const Options& opt, cudaStream_t s, in
     }
     for (Set<T>& st : sets) st.free_all();
   }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
 
   for (int sc = 0; sc < 2; ++sc) {
     std::printf("\n%s, H=%lld D=%lld, scale %g, PDL %s: us per call (GB/s) [x old]\n", dname, (long long)kHeads,

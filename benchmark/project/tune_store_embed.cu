@@ -660,26 +660,7 @@ struct Timer {
   float time_graph(F&& launch_set, int nsets, int calls, int reps) {
     CK(launch_set(0));  // warm-up, outside the graph
     CK(cudaStreamSynchronize(s));
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    for (int c = 0; c < calls; ++c) CK(launch_set(c % nsets));
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, s));  // warm-up replay
-    std::vector<float> ts;
-    for (int r = 0; r < reps; ++r) {
-      CK(cudaEventRecord(e0, s));
-      CK(cudaGraphLaunch(ge, s));
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      float ms = 0.f;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      ts.push_back(ms * 1e3f / calls);
-    }
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return median(ts);
+    return tune_common::graph_replay_us([&](int c) { CK(launch_set(c % nsets)); }, calls, reps, s);
   }
 
   // As harness.py: hot (one set) when bytes * 4 <= L2, else K sets with K * bytes >= 4 * L2.
