@@ -90,17 +90,7 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
     const int64_t i = base + u * kThreads;
     if (i < num_vec) x[u] = load_vec<V, LoadPolicy::kStream>(p.input + i * kElems);
   }
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t i = base + u * kThreads;
-    if (i < num_vec) {
-      float y[kElems];
-#pragma unroll
-      for (int e = 0; e < kElems; ++e) y[e] = to_float(x[u][e]);
-      *reinterpret_cast<Vec<uint8_t, kElems>*>(p.output_q + i * kElems) =
-          to_codes<QuantCode::kFp8>(y, inv, -kFp8Max, kFp8Max, false);
-    }
-  }
+  store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kThreads, num_vec, inv, -kFp8Max, kFp8Max, false);
   if (blockIdx.x == 0) {
     for (int64_t j = num_vec * kElems + threadIdx.x; j < p.numel; j += kThreads) {
       p.output_q[j] = to_code<QuantCode::kFp8>(to_float(p.input[j]) * inv, -kFp8Max, kFp8Max);

@@ -173,12 +173,12 @@ __device__ __forceinline__ uint32_t share_max_bits(const Vec16<T> (&x)[kVpt], in
   return amax;
 }
 
-// The share's codes (x * inv) into dst (one byte an element, vector i at dst + i * kVec16<T>).
-template <QuantCode kCode, typename T, int kVpt>
-__device__ __forceinline__ void store_share_codes(const Vec16<T> (&x)[kVpt], uint8_t* dst, int64_t first,
+// The share's codes (x * inv) into dst (one byte an element, vector i at dst + i * kVec; the
+// vectors are 16-byte ones, or narrower where a caller loads them so).
+template <QuantCode kCode, typename T, int kVec, int kVpt>
+__device__ __forceinline__ void store_share_codes(const Vec<T, kVec> (&x)[kVpt], uint8_t* dst, int64_t first,
                                                   int64_t stride, int64_t count, float inv, float lo, float hi,
                                                   bool clamp) {
-  constexpr int kVec = kVec16<T>;
 #pragma unroll
   for (int u = 0; u < kVpt; ++u) {
     const int64_t i = first + u * stride;
