@@ -126,7 +126,11 @@ def main() -> None:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
         for obj in gc.get_objects():
-            if isinstance(obj, CachingAutotuner):
+            try:
+                found = isinstance(obj, CachingAutotuner)
+            except ReferenceError:  # a dead weak proxy
+                continue
+            if found:
                 name = getattr(getattr(obj, "fn", None), "__name__", "?")
                 print(f"--- autotuned {name}: {[str(l.config) for l in getattr(obj, 'launchers', [])]}")
     except Exception as exc:  # an internal API: report, do not fail
