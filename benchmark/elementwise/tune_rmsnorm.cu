@@ -42,6 +42,8 @@
 // block); regN = __maxnreg__(N); "8B" = 8-byte vectors; "pf" = ld.global.L2::256B; "cs" =
 // evict-first loads and stores; "nc" = ld.global.nc (plain op only); "epdl" = PDL trigger
 // right after the wait; "rtchk" = bounds checks kept although the row fits exactly.
+// "2p tN uU hK" = norm.cu's rmsnorm_twopass_kernel (torch.compile's looped-reduction shape): N
+// threads a row, U vectors a thread a chunk, K = its cache-hint mode (see there).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -460,6 +462,21 @@ cudaError_t run_gen(const P& p, cudaStream_t stream) {
 
 cudaError_t run_prod(const P& p, cudaStream_t stream) { return launch_rmsnorm<T>(p, stream); }
 
+// Two passes over the row: norm.cu's rmsnorm_twopass_kernel (torch.compile's looped-reduction
+// shape) at THREADS threads a row, UNROLL vectors a thread a chunk, cache hint mode HINT.
+template <int kThreads, int kUnroll, int kHint, bool kFused>
+cudaError_t run_twopass(const P& p, cudaStream_t stream) {
+  if (p.hidden % 8 != 0 || p.rows > 0x7fffffff) return cudaErrorNotSupported;
+  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  return launch_twopass<T, kThreads, kUnroll, kFused, false, kHint>(p, rows_inner, stream);
+}
+
+#define TWOPASS(NAME, THREADS, UNROLL, HINT, WHY)                                                     \
+  Variant {                                                                                        \
+    NAME, run_twopass<THREADS, UNROLL, HINT, false>, run_twopass<THREADS, UNROLL, HINT, true>, WHY \
+  }
+
+
 // ---------------------------------------------------------------------------------------
 // Variants
 
@@ -523,6 +540,35 @@ const std::vector<Variant>& variants() {
           .w = WMode::kSmem, .persist = true, .max_regs = 168),
       GEN("P v8 smem reg96", "persistent, two warps per row, weight in shared memory once per block", .vpt = 8,
           .w = WMode::kSmem, .persist = true, .max_regs = 96),
+      TWOPASS("2p t256 u2 h1", 256, 2, 1, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, L2 evict_last / evict_first policies"),
+      TWOPASS("2p t256 u2 h3", 256, 2, 3, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, L1 + L2 priorities (Triton's hints)"),
+      TWOPASS("2p t256 u2 h5", 256, 2, 5, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, as h1, the fused op's input evict_first"),
+      TWOPASS("2p t256 u2 h6", 256, 2, 6, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, as h5, the residual stored evict_last"),
+      TWOPASS("2p t512 u1 h1", 512, 1, 1, "two passes, 512 threads a row, 1 vector(s) a thread a chunk, L2 evict_last / evict_first policies"),
+      TWOPASS("2p t512 u1 h3", 512, 1, 3, "two passes, 512 threads a row, 1 vector(s) a thread a chunk, L1 + L2 priorities (Triton's hints)"),
+      TWOPASS("2p t512 u1 h5", 512, 1, 5, "two passes, 512 threads a row, 1 vector(s) a thread a chunk, as h1, the fused op's input evict_first"),
+      TWOPASS("2p t512 u1 h6", 512, 1, 6, "two passes, 512 threads a row, 1 vector(s) a thread a chunk, as h5, the residual stored evict_last"),
+      TWOPASS("2p t512 u2 h1", 512, 2, 1, "two passes, 512 threads a row, 2 vector(s) a thread a chunk, L2 evict_last / evict_first policies"),
+      TWOPASS("2p t512 u2 h3", 512, 2, 3, "two passes, 512 threads a row, 2 vector(s) a thread a chunk, L1 + L2 priorities (Triton's hints)"),
+      TWOPASS("2p t512 u2 h5", 512, 2, 5, "two passes, 512 threads a row, 2 vector(s) a thread a chunk, as h1, the fused op's input evict_first"),
+      TWOPASS("2p t512 u2 h6", 512, 2, 6, "two passes, 512 threads a row, 2 vector(s) a thread a chunk, as h5, the residual stored evict_last"),
+      TWOPASS("2p t1024 u1 h1", 1024, 1, 1, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, L2 evict_last / evict_first policies"),
+      TWOPASS("2p t1024 u1 h3", 1024, 1, 3, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, L1 + L2 priorities (Triton's hints)"),
+      TWOPASS("2p t1024 u1 h5", 1024, 1, 5, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, as h1, the fused op's input evict_first"),
+      TWOPASS("2p t1024 u1 h6", 1024, 1, 6, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, as h5, the residual stored evict_last"),
+      TWOPASS("2p t128 u2 h0", 128, 2, 0, "two passes, 128 threads a row, 2 vector(s) a thread a chunk, plain loads"),
+      TWOPASS("2p t128 u2 h4", 128, 2, 4, "two passes, 128 threads a row, 2 vector(s) a thread a chunk, L1 priorities only"),
+      TWOPASS("2p t256 u1 h0", 256, 1, 0, "two passes, 256 threads a row, 1 vector(s) a thread a chunk, plain loads"),
+      TWOPASS("2p t256 u1 h4", 256, 1, 4, "two passes, 256 threads a row, 1 vector(s) a thread a chunk, L1 priorities only"),
+      TWOPASS("2p t256 u2 h0", 256, 2, 0, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, plain loads"),
+      TWOPASS("2p t256 u2 h4", 256, 2, 4, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, L1 priorities only"),
+      TWOPASS("2p t512 u1 h0", 512, 1, 0, "two passes, 512 threads a row, 1 vector(s) a thread a chunk, plain loads"),
+      TWOPASS("2p t512 u1 h4", 512, 1, 4, "two passes, 512 threads a row, 1 vector(s) a thread a chunk, L1 priorities only"),
+      TWOPASS("2p t512 u2 h0", 512, 2, 0, "two passes, 512 threads a row, 2 vector(s) a thread a chunk, plain loads"),
+      TWOPASS("2p t512 u2 h4", 512, 2, 4, "two passes, 512 threads a row, 2 vector(s) a thread a chunk, L1 priorities only"),
+      TWOPASS("2p t1024 u1 h0", 1024, 1, 0, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, plain loads"),
+      TWOPASS("2p t1024 u1 h4", 1024, 1, 4, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, L1 priorities only"),
+      TWOPASS("2p t256 u1 h3", 256, 1, 3, "two passes, 256 threads a row, 1 vector a thread a chunk, L1 + L2 priorities (the plain op's production shape)"),
   };
   return v;
 }

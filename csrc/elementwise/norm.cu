@@ -10,7 +10,9 @@
 // 16-byte vectors per thread (compile time), so the row is read once and written once; groups
 // narrower than 128 threads share a block (threadIdx.y picks the group). Otherwise a
 // block-per-row scalar path re-reads the row (from L2). Decode batches (<= 256 rows) of
-// hidden sizes that are multiples of 512 take a kernel of their own (rmsnorm_decode_kernel).
+// hidden sizes that are multiples of 512 take a kernel of their own (rmsnorm_decode_kernel),
+// and from 16384 rows the long vector-aligned rows a two-pass kernel (rmsnorm_twopass_kernel:
+// a block per row reads it twice, the second time from the cache, holding few registers).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -77,8 +79,6 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
 
   SGL_PDL_WAIT();  // before any input is read (the weight included)
   if constexpr (!kLatePdl) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
-  using Wd = Words<T>;
-  constexpr int kPer = Wd::kPer;
   Word4 x[kVpt], w[kVpt];
   float sum_sq = 0.f;
   if (row_valid) sum_sq = load_row_sum_sq<T, kVpt, kFused, kLoad>(in, res, p.weight, x, w, exists, col);
@@ -88,19 +88,7 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
     const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll
     for (int k = 0; k < kVpt; ++k) {
-      if (exists(k)) {
-        Word4 o;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          float f[kPer], g[kPer];
-          Wd::unpack(x[k][q], f);
-          Wd::unpack(w[k][q], g);
-#pragma unroll
-          for (int e = 0; e < kPer; ++e) f[e] = f[e] * scale * (kGemma ? 1.0f + g[e] : g[e]);
-          o[q] = Wd::pack(f);
-        }
-        *reinterpret_cast<Word4*>(out + col(k)) = o;
-      }
+      if (exists(k)) *reinterpret_cast<Word4*>(out + col(k)) = scale_vec<T, kGemma>(x[k], w[k], scale);
     }
   }
   if constexpr (kLatePdl) SGL_PDL_LAUNCH_DEPENDENTS();
@@ -204,6 +192,97 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
   }
 }
 
+// Two-pass kernel (many rows): a block of kThreads threads per row walks the row twice, in
+// chunks of kThreads * kUnroll 16-byte vectors (vector i of the row: thread i % kThreads).
+// Pass 1 sums the squares (fused: forms the new residual and stores it); pass 2 re-reads the
+// row (the new residual, fused) while it is still in L1/L2, scales it and stores it. A thread
+// holds kUnroll vectors at a time, so an SM runs up to 2048 threads (4 rows of H=8192), where
+// the vector kernel keeps whole rows in registers at 512. This is the shape of torch.compile's
+// looped reductions. kHint picks the cache policies of (first read, re-read, weight):
+// 0 plain; 1 L2 evict_last / evict_first / evict_last policies; 3 the same with L1 evict_last /
+// evict_first (Triton's eviction_policy); 4 the L1 priorities alone; fused op only: 5 as 1, but
+// the input (read once) evict_first; 6 as 5, and the residual stored with L2 evict_last. The
+// launcher uses 1 (fused) and 3 (plain); the rest are for benchmark/elementwise/tune_rmsnorm.cu.
+// Each thread re-reads only the vectors it stored itself, after row_group_sum's barrier (a
+// compiler fence), so no other synchronisation is needed.
+// which: 0 first read (the residual, fused), 1 re-read, 2 weight, 3 the fused op's input.
+constexpr LoadPolicy twopass_policy(int hint, int which) {
+  switch (hint) {
+    case 1: return which == 1 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
+    case 5:
+    case 6: return which == 1 || which == 3 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
+    case 3: return which == 1 ? LoadPolicy::kDropL1L2 : LoadPolicy::kKeepL1L2;
+    case 4: return which == 1 ? LoadPolicy::kDropL1 : LoadPolicy::kKeepL1;
+    default: return which == 3 ? twopass_policy(hint, 0) : LoadPolicy::kDefault;
+  }
+}
+
+template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint>
+__global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
+  constexpr int kVec = kVec16<T>;
+  constexpr LoadPolicy kFirst = twopass_policy(kHint, 0), kAgain = twopass_policy(kHint, 1),
+                       kWeight = twopass_policy(kHint, 2), kInput = kFused ? twopass_policy(kHint, 3) : kFirst;
+  __shared__ float scratch[32];
+  uint32_t outer, inner;
+  rows_inner.divmod(blockIdx.x, outer, inner);
+  const T* in = p.input + row_offset(p.input_rows, outer, inner);
+  T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
+  T* out = p.out + row_offset(p.out_rows, outer, inner);
+  const int hv = static_cast<int>(p.hidden / kVec);
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  float sum_sq = 0.f;
+  for (int base = threadIdx.x; base < hv; base += kThreads * kUnroll) {
+    Word4 x[kUnroll], r[kFused ? kUnroll : 1];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads;
+      if (i < hv) {
+        x[u] = load_vec<Word4, kInput>(in + i * kVec);
+        if constexpr (kFused) r[u] = load_vec<Word4, kFirst>(res + i * kVec);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads;
+      if (i < hv) {
+        sum_sq = add_sum_sq<T, kFused>(x[u], r[kFused ? u : 0], sum_sq);
+        if constexpr (kFused && kHint == 6) {
+          store16<uint32_t, StorePolicy::kKeepL2>(reinterpret_cast<uint32_t*>(res + i * kVec), x[u]);
+        } else if constexpr (kFused) {
+          *reinterpret_cast<Word4*>(res + i * kVec) = x[u];
+        }
+      }
+    }
+  }
+  sum_sq = row_group_sum(sum_sq, kThreads, scratch);
+  const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
+  const T* src = kFused ? res : in;
+  for (int base = threadIdx.x; base < hv; base += kThreads * kUnroll) {
+    Word4 x[kUnroll], w[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads;
+      if (i < hv) {
+        x[u] = load_vec<Word4, kAgain>(src + i * kVec);
+        w[u] = load_vec<Word4, kWeight>(p.weight + i * kVec);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads;
+      if (i < hv) *reinterpret_cast<Word4*>(out + i * kVec) = scale_vec<T, kGemma>(x[u], w[u], scale);
+    }
+  }
+}
+
+template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint>
+cudaError_t launch_twopass(const RmsNormParams<T>& p, const FastDivmod& rows_inner, cudaStream_t stream) {
+  return launch_kernel(rmsnorm_twopass_kernel<T, kThreads, kUnroll, kFused, kGemma, kHint>,
+                       dim3(static_cast<uint32_t>(p.rows)), dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner);
+}
+
 template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false>
 cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int tpr, cudaStream_t stream) {
   const int groups = std::max(1, kVecBlockThreads / tpr);
@@ -268,6 +347,53 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   return cudaErrorNotSupported;  // unreachable for hv <= 4096: 2 vectors fit up to 2048, 8 beyond
 }
 
+// The two-pass kernel where it measured faster than the vector kernel: from 16384 rows, the
+// fused op on rows of 512, 1024 or a multiple of 1024 16-byte vectors, the plain op on rows of
+// a multiple of 256 vectors from 1024.
+// NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu "2p tN uU hK" against "prod",
+// session 13, us at T=512/1024/2048/4096/16384/32768):
+// - fused H=4096: prod 5.80/9.73/18.44/34.73/132.09/262.47; t256 u2 h1 5.70/10.52/18.53/33.86/
+//   126.35/250.60 (4285 GB/s); t256 u2 h4 5.21/9.84/17.81/33.09/127.87/262.66.
+// - fused H=8192: prod 9.51/18.48/35.01/67.63/263.60/523.37; t512 u1 h1 10.32/19.42/35.56/66.68/
+//   255.58/507.74; t512 u1 h4 9.34/17.71/33.72/64.36/264.70/527.15.
+// - fused H=16384, T=1024/4096/16384: prod 35.79/132.99/523.56; t1024 u1 h1 37.17/130.95/508.14;
+//   t1024 u1 h4 34.62/129.39/524.10.
+// - plain H=8192: prod 129.83/256.78 at T=16384/32768; t256 u1 h3 (the kernel torch.compile
+//   generates) 126.30/249.45; below 16384 rows and at H=4096 the vector kernel is faster
+//   (H=4096 T=32768: 130.02 against 148.86 for the best two-pass shape).
+// Block shapes holding fewer or more vectors a thread were slower (fused H=4096 T=32768: t128
+// u2 273 us, t1024 u1 361). bench_norm.py (one H200, the choices alternated twice): fused
+// T=32768 H=4096 262.9 -> 251.1 us (4276 GB/s), H=8192 523.7 -> 508.5; T=16384 H=4096 132.4
+// -> 126.7; plain H=8192 T=16384 / 32768 130.1 / 257.0 -> 127.0 / 250.2 (torch.compile 127.3 /
+// 250.3). The h4 shapes' gains below 16384 rows did not carry over to the bench (fused
+// H=4096 T=1024 9.67 -> 10.09, T=4096 34.74 -> 34.96), so below 16384 rows the vector kernel
+// stays. Tried and slower (tune, same machine): the fused op's input (read once) loaded with an
+// L2 evict_first policy ("h5": H=4096 T=32768 269.5 against 250.6 us), and with the residual
+// also stored evict_last ("h6": 260.1).
+constexpr int64_t kTwoPassRows = 16384;
+constexpr int kTwoPassFusedHint = 1;
+
+// Rows that the block shapes below cover in whole chunks (the measured shapes; a partial last
+// chunk, as bf16 H=7168 would have, was not measured against the vector kernel).
+template <typename T, bool kFused>
+bool use_twopass(int64_t rows, int64_t hv) {
+  if (rows < kTwoPassRows) return false;
+  return kFused ? hv == 512 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0) : hv >= 1024 && hv % 256 == 0;
+}
+
+template <typename T, bool kFused, bool kGemma>
+cudaError_t launch_twopass_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
+                               cudaStream_t stream) {
+  if constexpr (kFused) {
+    constexpr int kHint = kTwoPassFusedHint;
+    if (hv <= 512) return launch_twopass<T, 256, 2, kFused, kGemma, kHint>(p, rows_inner, stream);
+    if (hv <= 1024) return launch_twopass<T, 512, 1, kFused, kGemma, kHint>(p, rows_inner, stream);
+    return launch_twopass<T, 1024, 1, kFused, kGemma, kHint>(p, rows_inner, stream);
+  } else {
+    return launch_twopass<T, 256, 1, kFused, kGemma, 3>(p, rows_inner, stream);
+  }
+}
+
 bool aligned16(const RowStrides& s, int kVec) { return s.outer % kVec == 0 && s.inner % kVec == 0; }
 
 // Blocks per row of the decode kernel (1: one block, or the vector kernel beyond
@@ -321,6 +447,9 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
                       aligned16(p.input_rows, kVec) &&
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
+    if (use_twopass<T, kFused>(p.rows, p.hidden / kVec)) {
+      return launch_twopass_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
+    }
     const cudaError_t e = launch_vec_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
     if (e != cudaErrorNotSupported) return e;
   }

@@ -14,6 +14,49 @@
 
 namespace sgl_kernel {
 
+// One 16-byte vector of a row (four 32-bit words of T): with kFused, x <- x + r rounded to T
+// (the rounded sum, as the residual stream stores it, is what gets normalised). Returns acc
+// plus the sum of squares of x's elements (fp32, in element order).
+template <typename T, bool kFused>
+__device__ __forceinline__ float add_sum_sq(Word4& x, const Word4& r, float acc) {
+  using Wd = Words<T>;
+  constexpr int kPer = Wd::kPer;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float f[kPer];
+    Wd::unpack(x[q], f);
+    if constexpr (kFused) {
+      float g[kPer];
+      Wd::unpack(r[q], g);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) f[e] += g[e];
+      x[q] = Wd::pack(f);
+      Wd::unpack(x[q], f);
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc += f[e] * f[e];
+  }
+  return acc;
+}
+
+// The normalised vector x * scale * w (w -> 1 + w with kGemma) rounded to T.
+template <typename T, bool kGemma>
+__device__ __forceinline__ Word4 scale_vec(const Word4& x, const Word4& w, float scale) {
+  using Wd = Words<T>;
+  constexpr int kPer = Wd::kPer;
+  Word4 o;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float f[kPer], g[kPer];
+    Wd::unpack(x[q], f);
+    Wd::unpack(w[q], g);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) f[e] = f[e] * scale * (kGemma ? 1.0f + g[e] : g[e]);
+    o[q] = Wd::pack(f);
+  }
+  return o;
+}
+
 // Loads the row (x), the residual (fused) and the weight (w) of this lane, in that order and
 // all before any store; with kFused, x <- x + residual rounded to T and stored back to the
 // residual. Returns the lane's sum of squares of x (fp32).
@@ -24,8 +67,6 @@ namespace sgl_kernel {
 template <typename T, int kVpt, bool kFused, LoadPolicy kLoad = LoadPolicy::kDefault, typename Exists, typename Col>
 __device__ __forceinline__ float load_row_sum_sq(const T* in, T* res, const T* weight, Word4 (&x)[kVpt],
                                                  Word4 (&w)[kVpt], Exists exists, Col col) {
-  using Wd = Words<T>;
-  constexpr int kPer = Wd::kPer;
   Word4 r[kFused ? kVpt : 1];
 #pragma unroll
   for (int k = 0; k < kVpt; ++k) {
@@ -45,23 +86,7 @@ __device__ __forceinline__ float load_row_sum_sq(const T* in, T* res, const T* w
 #pragma unroll
   for (int k = 0; k < kVpt; ++k) {
     if (exists(k)) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float f[kPer];
-        Wd::unpack(x[k][q], f);
-        if constexpr (kFused) {
-          // The sum is rounded (as the stored residual stream is), and that rounded value is
-          // what gets normalised.
-          float g[kPer];
-          Wd::unpack(r[k][q], g);
-#pragma unroll
-          for (int e = 0; e < kPer; ++e) f[e] += g[e];
-          x[k][q] = Wd::pack(f);
-          Wd::unpack(x[k][q], f);
-        }
-#pragma unroll
-        for (int e = 0; e < kPer; ++e) sum_sq += f[e] * f[e];
-      }
+      sum_sq = add_sum_sq<T, kFused>(x[k], r[kFused ? k : 0], sum_sq);
       // Stored at once: nothing later depends on the store.
       if constexpr (kFused) *reinterpret_cast<Word4*>(res + col(k)) = x[k];
     }

@@ -47,10 +47,31 @@ enum class LoadPolicy {
   kEvictFirst,  // ld.global.cs: read once, evict first from L1 and L2
   kPrefetch,    // ld.global.L2::256B: ask L2 to fetch the whole 256-byte block
   kStreamPrefetch,  // ld.global.nc.L1::no_allocate.L2::256B
+  // Eviction priorities for data read twice by the same block (a first pass, then a re-read):
+  kKeepL2,      // ld.global.L2::cache_hint, an L2 evict_last policy (read again soon)
+  kDropL2,      // ld.global.L2::cache_hint, an L2 evict_first policy (the last read)
+  kKeepL1L2,    // ld.global.L1::evict_last.L2::cache_hint, L2 evict_last
+  kDropL1L2,    // ld.global.L1::evict_first.L2::cache_hint, L2 evict_first
+  kKeepL1,      // ld.global.L1::evict_last
+  kDropL1,      // ld.global.L1::evict_first
 };
+
+// A 64-bit L2 cache policy covering every access that names it (createpolicy, fraction 1).
+// Not volatile: the compiler may hoist and share it between loads.
+template <bool kEvictLast>
+__device__ __forceinline__ uint64_t l2_policy() {
+  uint64_t pol;
+  if constexpr (kEvictLast) {
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  } else {
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  }
+  return pol;
+}
 enum class StorePolicy {
   kDefault,     // st.global (write-back; the next kernel usually reads it from L2)
   kStream,      // st.global.cs: written once, evict first
+  kKeepL2,      // st.global.L2::cache_hint, an L2 evict_last policy (read again soon)
 };
 
 template <typename T, LoadPolicy kPolicy = LoadPolicy::kDefault>
@@ -70,6 +91,26 @@ __device__ __forceinline__ Vec16<T> load16(const T* p) {
                    : "l"(p));
     } else if constexpr (kPolicy == LoadPolicy::kPrefetch) {
       asm volatile("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    } else if constexpr (kPolicy == LoadPolicy::kKeepL2 || kPolicy == LoadPolicy::kDropL2) {
+      asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p), "l"(l2_policy<kPolicy == LoadPolicy::kKeepL2>()));
+    } else if constexpr (kPolicy == LoadPolicy::kKeepL1L2) {
+      asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p), "l"(l2_policy<true>()));
+    } else if constexpr (kPolicy == LoadPolicy::kDropL1L2) {
+      asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p), "l"(l2_policy<false>()));
+    } else if constexpr (kPolicy == LoadPolicy::kKeepL1) {
+      asm volatile("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    } else if constexpr (kPolicy == LoadPolicy::kDropL1) {
+      asm volatile("ld.global.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                    : "l"(p));
     } else {
@@ -118,6 +159,11 @@ template <typename T, StorePolicy kPolicy = StorePolicy::kDefault>
 __device__ __forceinline__ void store16(T* p, const Vec16<T>& v) {
   if constexpr (kPolicy == StorePolicy::kDefault) {
     *reinterpret_cast<Vec16<T>*>(p) = v;
+  } else if constexpr (kPolicy == StorePolicy::kKeepL2) {
+    const uint4 r = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z),
+                 "r"(r.w), "l"(l2_policy<true>())
+                 : "memory");
   } else {
     const uint4 r = *reinterpret_cast<const uint4*>(&v);
     asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z),

@@ -163,13 +163,48 @@ DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257
                  (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
 
 
+# The two-pass kernel (norm.cu, rmsnorm_twopass_kernel) from 16384 rows: the fused ops on rows
+# of 512, 1024 or a multiple of 1024 16-byte vectors (block shapes by row length), the plain ops
+# on rows of a multiple of 256 vectors from 1024 (bf16/fp16 H=8192, 16384; fp32 H=4096 and up).
+# 16383 rows and bf16 H=7168 (896 vectors) take the vector kernel: the shapes on either side.
+TWOPASS_SHAPES = [(16384, 2048), (16384, 4096), (16383, 8192), (16384, 8192), (16384, 7168), (16400, 16384)]
+
+
 @GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", DECODE_SHAPES, ids=_ids)
-def test_decode_shapes(op, dtype, shape, gen):
+@pytest.mark.parametrize("shape", DECODE_SHAPES + TWOPASS_SHAPES, ids=_ids)
+def test_kernel_shapes(op, dtype, shape, gen):
+    """The decode kernel's and the two-pass kernel's shapes and limits (above)."""
     x, w, other = make_args(op, shape, dtype, gen)
     run_and_check(op, x, w, other)
+
+
+@GPU
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+@pytest.mark.parametrize("rows, hidden", [(16400, 4096), (16400, 8192)], ids=["16400x4096", "16400x8192"])
+def test_twopass_strided(op, dtype, rows, hidden, gen):
+    """The two-pass kernel on rows addressed with two levels of strides ([2, rows / 2, H] views
+    of a [2, rows / 2 + 1, H + 8] base, as the 3d_split layout), input and the other tensor
+    both strided; nothing outside the views may change."""
+    half = rows // 2
+    views, guards = [], []
+    for fill in ("randn", "randn" if _is_fused(op) else "nan"):
+        base = _poisoned((2, half + 1, hidden + 8), dtype)
+        view = base[:, 1:, :hidden]
+        if fill == "randn":
+            view.copy_(_randn(view.shape, dtype, gen))
+        mask = torch.zeros(base.shape, dtype=torch.bool, device="cuda")
+        mask[:, 1:, :hidden] = True
+        views.append(view)
+        guards.append((base, mask))
+    x, other = views
+    assert row_split(x, other) == 1
+    w = _randn(hidden, dtype, gen)
+    run_and_check(op, x, w, other)
+    for (base, mask), what in zip(guards, ("input", "other")):
+        _assert_guards(base, mask, what)
 
 
 @GPU
