@@ -141,6 +141,11 @@ __device__ __forceinline__ Words<N> ldw(const T* p) {
   Words<N> v;
   if constexpr (kL == LP::kDefault) {
     v = *reinterpret_cast<const Words<N>*>(p);
+  } else if constexpr (kL == LP::kKeepL2 || kL == LP::kKeepL1L2 || kL == LP::kKeepL1) {
+    static_assert(N == 4, "16-byte vectors");
+    const Word4 r = load_vec<Word4, kL>(p);  // vec.cuh's eviction-priority loads
+#pragma unroll
+    for (int q = 0; q < 4; ++q) v.w[q] = r[q];
   } else if constexpr (N == 2) {
     static_assert(kL == LP::kStream, "8-byte loads: kDefault or kStream");
     asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.w[0]), "=r"(v.w[1]) : "l"(p));
@@ -540,6 +545,15 @@ const std::vector<Variant>& variants() {
           .w = WMode::kSmem, .persist = true, .max_regs = 168),
       GEN("P v8 smem reg96", "persistent, two warps per row, weight in shared memory once per block", .vpt = 8,
           .w = WMode::kSmem, .persist = true, .max_regs = 96),
+      GEN("g v8 pre keep", "as g v8 pre reg128, row loads with an L2 evict_last policy", .vpt = 8, .max_regs = 128,
+          .load = LP::kKeepL2),
+      GEN("g v8 pre keepL1", "as g v8 pre reg128, row loads L1 + L2 evict_last", .vpt = 8, .max_regs = 128,
+          .load = LP::kKeepL1L2),
+      GEN("g v4 pre keep", "as g v4 pre reg96, row loads with an L2 evict_last policy", .vpt = 4, .max_regs = 96,
+          .load = LP::kKeepL2),
+      GEN("g v2 b256 keep", "as g v2 b256, row loads with an L2 evict_last policy", .vpt = 2, .block = 256,
+          .load = LP::kKeepL2),
+      GEN("g v16 pre keep", "as g v16 pre, row loads with an L2 evict_last policy", .vpt = 16, .load = LP::kKeepL2),
       TWOPASS("2p t256 u2 h1", 256, 2, 1, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, L2 evict_last / evict_first policies"),
       TWOPASS("2p t256 u2 h3", 256, 2, 3, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, L1 + L2 priorities (Triton's hints)"),
       TWOPASS("2p t256 u2 h5", 256, 2, 5, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, as h1, the fused op's input evict_first"),

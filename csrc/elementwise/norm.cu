@@ -11,8 +11,9 @@
 // narrower than 128 threads share a block (threadIdx.y picks the group). Otherwise a
 // block-per-row scalar path re-reads the row (from L2). Decode batches (<= 256 rows) of
 // hidden sizes that are multiples of 512 take a kernel of their own (rmsnorm_decode_kernel),
-// and from 16384 rows the long vector-aligned rows a two-pass kernel (rmsnorm_twopass_kernel:
-// a block per row reads it twice, the second time from the cache, holding few registers).
+// and from 16384 rows the fused op's long vector-aligned rows a two-pass kernel
+// (rmsnorm_twopass_kernel: a block per row reads it twice, the second time from the cache,
+// holding few registers), the plain op's the vector kernel with L2 evict_last loads.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -52,13 +53,13 @@ constexpr int kVecBlockThreads = 128;
 // kTpr > 0: the row is exactly kVpt * kTpr vectors and the group kTpr threads (the launcher
 // checks), known at compile time: no bounds check, constant offsets, an inlined group sum.
 // kLatePdl: trigger the dependent launch after the stores instead of right after the wait.
-template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false>
+// kLoad: the cache policy of the row's loads (input and residual; the weight's are plain).
+// Read-only (.nc) loads are out: the fused kernel writes input and residual.
+template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false,
+          LoadPolicy kLoad = LoadPolicy::kDefault>
 __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_regs(kVpt))
     rmsnorm_vec_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   constexpr int kVec = kVec16<T>;
-  // Plain loads: the fused kernel writes input and residual (no read-only path), and for the
-  // streaming case plain loads measured as fast or faster (activation sweep).
-  constexpr LoadPolicy kLoad = LoadPolicy::kDefault;
   __shared__ float scratch[32];  // one partial sum per warp of the block
 
   const int lane = threadIdx.x;
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
 // 0 plain; 1 L2 evict_last / evict_first / evict_last policies; 3 the same with L1 evict_last /
 // evict_first (Triton's eviction_policy); 4 the L1 priorities alone; fused op only: 5 as 1, but
 // the input (read once) evict_first; 6 as 5, and the residual stored with L2 evict_last. The
-// launcher uses 1 (fused) and 3 (plain); the rest are for benchmark/elementwise/tune_rmsnorm.cu.
+// launcher uses 1 (the fused op only); the rest are for benchmark/elementwise/tune_rmsnorm.cu.
 // Each thread re-reads only the vectors it stored itself, after row_group_sum's barrier (a
 // compiler fence), so no other synchronisation is needed.
 // which: 0 first read (the residual, fused), 1 re-read, 2 weight, 3 the fused op's input.
@@ -283,13 +284,14 @@ cudaError_t launch_twopass(const RmsNormParams<T>& p, const FastDivmod& rows_inn
                        dim3(static_cast<uint32_t>(p.rows)), dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner);
 }
 
-template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false>
+template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false,
+          LoadPolicy kLoad = LoadPolicy::kDefault>
 cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int tpr, cudaStream_t stream) {
   const int groups = std::max(1, kVecBlockThreads / tpr);
   const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, groups)));
   const dim3 block(static_cast<uint32_t>(tpr), static_cast<uint32_t>(groups));
-  return launch_kernel(rmsnorm_vec_kernel<T, kVpt, kFused, kGemma, kTpr, kLatePdl>, grid, block, 0, stream, p.enable_pdl, p,
-                       rows_inner);
+  return launch_kernel(rmsnorm_vec_kernel<T, kVpt, kFused, kGemma, kTpr, kLatePdl, kLoad>, grid, block, 0, stream,
+                       p.enable_pdl, p, rows_inner);
 }
 
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
@@ -309,6 +311,19 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // 6 and 12 vectors serve rows where 8 and 16 would leave a lane more than one vector short
 // (bf16 H=2560, 3072, 5120 get 6 at mid and large T; 3072 and 6144 get 12 at large T), with
 // the register budgets of 8 and 16; those sizes were not measured.
+// NOTE (H200, bf16, PDL on): loading the row under an L2 evict_last policy (LoadPolicy::kKeepL2)
+// speeds up the many-row plain op. benchmark/elementwise/tune_rmsnorm.cu, "g v8 pre keep" against
+// the vector kernel as it was ("g v8 pre reg128") and the two-pass kernel ("2p t256 u1 h3"), us at
+// T=16384/32768: H=4096 63.78/125.58 against 65.71/129.92 (two-pass 94.22/184.63); H=8192
+// 125.49/248.71 against 130.32/258.40 (126.08/250.79); H=16384 T=16384 255.73 against 258.84
+// (256.95). bench_norm.py, one machine, alternated twice against the two-pass kernel: rmsnorm
+// H=4096 T=16384/32768 64.47/126.5-126.8 against 65.94/130.7; H=8192 126.6-126.8/249.9-250.0
+// against 127.1/250.2 (torch.compile 127.1-127.4/250.5-250.6). The same loads in the fused op's
+// vector kernel (2 vectors a lane up to 1024 vectors, 4 up to 2048) were slower in the bench
+// than the two-pass kernel although the tune had them faster: fused H=4096 T=16384/32768
+// 132.3/261.7-263.0 against 126.9/251.5, H=8192 278.4-284.7/563.2 against 256.3/509.3.
+constexpr int64_t kKeepRows = 16384;
+
 template <typename T, bool kFused, bool kGemma>
 cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
                            cudaStream_t stream) {
@@ -326,6 +341,14 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   // early / late alternated twice (fused H=8192 T=1/16/128): 1.79/1.96/2.54 / 1.83/1.98/2.48.
   // (For the norm + quant decode kernel the bench contradicted the tune's late-trigger gain:
   // RESULTS.md, session 12.)
+  // The plain op from 16384 rows of 512 vectors or more: 8 vectors a lane, the row loaded under
+  // an L2 evict_last policy (kKeepRows' NOTE). The fused op takes the two-pass kernel there.
+  if constexpr (!kFused) {
+    if (p.rows >= kKeepRows && hv >= 512) {
+      const int tpr = row_group_threads(hv, 8, 1, vec_max_threads(8));
+      if (tpr > 0) return launch_vec<T, 8, kFused, kGemma, 0, false, LoadPolicy::kKeepL2>(p, rows_inner, tpr, stream);
+    }
+  }
   if (regime == 0 && hv == 1024) return launch_vec<T, 8, kFused, kGemma, 128, true>(p, rows_inner, 128, stream);
   if (regime == 0 && hv == 2048) return launch_vec<T, 8, kFused, kGemma, 256>(p, rows_inner, 256, stream);
   static constexpr int kOrder[2][6] = {{4, 2, 8, 0, 0, 0}, {8, 6, 4, 12, 16, 2}};
@@ -348,8 +371,9 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 }
 
 // The two-pass kernel where it measured faster than the vector kernel: from 16384 rows, the
-// fused op on rows of 512, 1024 or a multiple of 1024 16-byte vectors, the plain op on rows of
-// a multiple of 256 vectors from 1024.
+// fused op on rows of 512, 1024 or a multiple of 1024 16-byte vectors. (The plain op's gain
+// below came from the L2 policy, and the vector kernel with the same policy is faster still:
+// kKeepRows.)
 // NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu "2p tN uU hK" against "prod",
 // session 13, us at T=512/1024/2048/4096/16384/32768):
 // - fused H=4096: prod 5.80/9.73/18.44/34.73/132.09/262.47; t256 u2 h1 5.70/10.52/18.53/33.86/
@@ -373,25 +397,20 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
-// Rows that the block shapes below cover in whole chunks (the measured shapes; a partial last
-// chunk, as bf16 H=7168 would have, was not measured against the vector kernel).
-template <typename T, bool kFused>
+// The fused op, on rows that the block shapes below cover in whole chunks (the measured shapes;
+// a partial last chunk, as bf16 H=7168 would have, was not measured against the vector kernel).
+template <bool kFused>
 bool use_twopass(int64_t rows, int64_t hv) {
-  if (rows < kTwoPassRows) return false;
-  return kFused ? hv == 512 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0) : hv >= 1024 && hv % 256 == 0;
+  return kFused && rows >= kTwoPassRows && (hv == 512 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0));
 }
 
-template <typename T, bool kFused, bool kGemma>
+template <typename T, bool kGemma>
 cudaError_t launch_twopass_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
                                cudaStream_t stream) {
-  if constexpr (kFused) {
-    constexpr int kHint = kTwoPassFusedHint;
-    if (hv <= 512) return launch_twopass<T, 256, 2, kFused, kGemma, kHint>(p, rows_inner, stream);
-    if (hv <= 1024) return launch_twopass<T, 512, 1, kFused, kGemma, kHint>(p, rows_inner, stream);
-    return launch_twopass<T, 1024, 1, kFused, kGemma, kHint>(p, rows_inner, stream);
-  } else {
-    return launch_twopass<T, 256, 1, kFused, kGemma, 3>(p, rows_inner, stream);
-  }
+  constexpr int kHint = kTwoPassFusedHint;
+  if (hv <= 512) return launch_twopass<T, 256, 2, true, kGemma, kHint>(p, rows_inner, stream);
+  if (hv <= 1024) return launch_twopass<T, 512, 1, true, kGemma, kHint>(p, rows_inner, stream);
+  return launch_twopass<T, 1024, 1, true, kGemma, kHint>(p, rows_inner, stream);
 }
 
 bool aligned16(const RowStrides& s, int kVec) { return s.outer % kVec == 0 && s.inner % kVec == 0; }
@@ -447,8 +466,10 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
                       aligned16(p.input_rows, kVec) &&
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
-    if (use_twopass<T, kFused>(p.rows, p.hidden / kVec)) {
-      return launch_twopass_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
+    if constexpr (kFused) {
+      if (use_twopass<kFused>(p.rows, p.hidden / kVec)) {
+        return launch_twopass_for<T, kGemma>(p, rows_inner, p.hidden / kVec, stream);
+      }
     }
     const cudaError_t e = launch_vec_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
     if (e != cudaErrorNotSupported) return e;

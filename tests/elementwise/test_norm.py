@@ -163,10 +163,11 @@ DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257
                  (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
 
 
-# The two-pass kernel (norm.cu, rmsnorm_twopass_kernel) from 16384 rows: the fused ops on rows
-# of 512, 1024 or a multiple of 1024 16-byte vectors (block shapes by row length), the plain ops
-# on rows of a multiple of 256 vectors from 1024 (bf16/fp16 H=8192, 16384; fp32 H=4096 and up).
-# 16383 rows and bf16 H=7168 (896 vectors) take the vector kernel: the shapes on either side.
+# From 16384 rows (norm.cu): the fused ops take the two-pass kernel (rmsnorm_twopass_kernel) on
+# rows of 512, 1024 or a multiple of 1024 16-byte vectors (block shapes by row length), the
+# plain ops the vector kernel with L2 evict_last row loads on rows of 512 vectors or more. 16383
+# rows, bf16 H=2048 (256 vectors) and the fused bf16 H=7168 (896 vectors) take the other
+# kernels: the shapes on either side.
 TWOPASS_SHAPES = [(16384, 2048), (16384, 4096), (16383, 8192), (16384, 8192), (16384, 7168), (16400, 16384)]
 
 
@@ -184,10 +185,11 @@ def test_kernel_shapes(op, dtype, shape, gen):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 @pytest.mark.parametrize("rows, hidden", [(16400, 4096), (16400, 8192)], ids=["16400x4096", "16400x8192"])
-def test_twopass_strided(op, dtype, rows, hidden, gen):
-    """The two-pass kernel on rows addressed with two levels of strides ([2, rows / 2, H] views
-    of a [2, rows / 2 + 1, H + 8] base, as the 3d_split layout), input and the other tensor
-    both strided; nothing outside the views may change."""
+def test_many_rows_strided(op, dtype, rows, hidden, gen):
+    """The many-row kernels (the fused ops' two-pass kernel, the plain ops' vector kernel with
+    L2 evict_last loads) on rows addressed with two levels of strides ([2, rows / 2, H] views of
+    a [2, rows / 2 + 1, H + 8] base, as the 3d_split layout), input and the other tensor both
+    strided; nothing outside the views may change."""
     half = rows // 2
     views, guards = [], []
     for fill in ("randn", "randn" if _is_fused(op) else "nan"):
