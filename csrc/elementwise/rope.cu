@@ -48,6 +48,9 @@ constexpr int64_t kTargetWarps = 8192;
 // Many tokens: see launch_rope.
 constexpr int64_t kLongTokens = 16384;
 constexpr int kLongSteps = 8;
+// From this many tokens (heads of 128 or more) the heads are loaded under an L2 evict_last
+// policy: see launch_rope.
+constexpr int64_t kKeepTokens = 1024;
 
 // How the launcher cut the work; the same for every warp.
 struct RopeLayout {
@@ -106,9 +109,9 @@ __device__ __forceinline__ void rotate_pairs(V<T>& x, const float (&c)[8], const
 }
 
 // 16-byte load / store of the vector at element `e` of a row (e a multiple of 8).
-template <typename T>
+template <LoadPolicy kLoad, typename T>
 __device__ __forceinline__ V<T> load_at(const T* row, int e) {
-  return load16(reinterpret_cast<const typename Pair<T>::type*>(row + e));
+  return load16<typename Pair<T>::type, kLoad>(reinterpret_cast<const typename Pair<T>::type*>(row + e));
 }
 template <typename T>
 __device__ __forceinline__ void store_at(T* row, int e, const V<T>& x) {
@@ -151,8 +154,10 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // arithmetic, 1.64/1.69/2.09 without (1.99/2.04/2.50 with PDL off, the wrapper's default).
 // Below kLongTokens tokens the launcher caps steps at kBatch and the loop over batches below
 // runs once; from there on a warp may take up to kLongSteps heads in several batches.
-template <typename T, bool kInterleave, typename TPos, bool kGeneral>
+// kKeep: the heads are loaded under an L2 evict_last policy (launch_rope: many tokens).
+template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
+  constexpr LoadPolicy kLoad = kKeep ? LoadPolicy::kKeepL2 : LoadPolicy::kDefault;
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");
   SGL_PDL_WAIT();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -228,8 +233,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
       }
       active[b] = src != nullptr;
       if (active[b]) {
-        x0[b] = load_at(src, off0);
-        x1[b] = load_at(src, off1);
+        x0[b] = load_at<kLoad>(src, off0);
+        x1[b] = load_at<kLoad>(src, off1);
       }
     }
 #pragma unroll
@@ -270,13 +275,20 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-template <typename T, bool kInterleave, typename TPos>
+template <typename T, bool kInterleave, typename TPos, bool kKeep>
 cudaError_t launch_typed(const RopeParams<T>& p, const RopeLayout& l, bool general, uint32_t blocks,
                          cudaStream_t stream) {
-  return general ? launch_kernel(rope_kernel<T, kInterleave, TPos, true>, dim3(blocks), dim3(kThreads), 0, stream,
-                                 p.enable_pdl, p, l)
-                 : launch_kernel(rope_kernel<T, kInterleave, TPos, false>, dim3(blocks), dim3(kThreads), 0, stream,
-                                 p.enable_pdl, p, l);
+  return general ? launch_kernel(rope_kernel<T, kInterleave, TPos, true, kKeep>, dim3(blocks), dim3(kThreads), 0,
+                                 stream, p.enable_pdl, p, l)
+                 : launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep>, dim3(blocks), dim3(kThreads), 0,
+                                 stream, p.enable_pdl, p, l);
+}
+
+template <typename T, bool kInterleave, typename TPos>
+cudaError_t launch_typed(const RopeParams<T>& p, const RopeLayout& l, bool general, bool keep, uint32_t blocks,
+                         cudaStream_t stream) {
+  return keep ? launch_typed<T, kInterleave, TPos, true>(p, l, general, blocks, stream)
+              : launch_typed<T, kInterleave, TPos, false>(p, l, general, blocks, stream);
 }
 
 }  // namespace
@@ -321,12 +333,20 @@ cudaError_t launch_rope(const RopeParams<T>& p, cudaStream_t stream) {
   if (warps + kWarps > int64_t{0xffffffff}) return cudaErrorInvalidConfiguration;
   const auto grid = static_cast<uint32_t>(ceil_div<int64_t>(warps, kWarps));
   const bool general = l.q_pass || l.k_pass || fused;
+  // The heads under an L2 evict_last policy from kKeepTokens tokens, heads of 128 or more.
+  // NOTE (H200, bench_rope.py --no-compile, one machine, alternated twice, us, plain loads ->
+  // evict_last everywhere): NeoX 32 q / 8 k heads, D = R = 128, T = 1024 / 4096 / 32768
+  // 9.28 / 25.40 / 173.5 -> 9.04 / 25.10 / 168.7 (3868 -> 3977 GB/s); GPT-J 32768 173.5 ->
+  // 168.7; with the KV write 223.5 -> 219.3; R = 64 T = 4096 19.52 -> 19.05; D = 256 46.5 both;
+  // but D = 64 T = 4096 18.84 -> 19.77, and the decode rows slower at T = 1 / 16 (NeoX 1.91 /
+  // 2.26 -> 2.13 / 2.42; with PDL 1.61 -> 1.87 at T = 1).
+  const bool keep = p.nnz >= kKeepTokens && d >= 128;
   if (p.interleave) {
-    return p.pos_ids_int64 ? launch_typed<T, true, int64_t>(p, l, general, grid, stream)
-                           : launch_typed<T, true, int32_t>(p, l, general, grid, stream);
+    return p.pos_ids_int64 ? launch_typed<T, true, int64_t>(p, l, general, keep, grid, stream)
+                           : launch_typed<T, true, int32_t>(p, l, general, keep, grid, stream);
   }
-  return p.pos_ids_int64 ? launch_typed<T, false, int64_t>(p, l, general, grid, stream)
-                         : launch_typed<T, false, int32_t>(p, l, general, grid, stream);
+  return p.pos_ids_int64 ? launch_typed<T, false, int64_t>(p, l, general, keep, grid, stream)
+                         : launch_typed<T, false, int32_t>(p, l, general, keep, grid, stream);
 }
 
 template cudaError_t launch_rope<half>(const RopeParams<half>&, cudaStream_t);

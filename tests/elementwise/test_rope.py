@@ -155,6 +155,17 @@ def test_correctness(is_neox, d, rotary, nnz, dtype, gen):
     run_and_check(x, is_neox, fused=False, gen=gen)
 
 
+@pytest.mark.parametrize("nnz", [1023, 1024])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("fused", [False, True], ids=["inplace", "kv_write"])
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+def test_keep_tokens_limit(is_neox, fused, d, nnz, gen):
+    """From 1024 tokens, heads of 128 or more load under an L2 evict_last policy (rope.cu,
+    kKeepTokens): both sides of the limit, a head size on each side."""
+    x = make_inputs(nnz, 8, 2, d, d, torch.bfloat16, gen)
+    run_and_check(x, is_neox, fused=fused, gen=gen)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("nnz", [1, 4096])
 @pytest.mark.parametrize("rotary", ["full", "partial"])
