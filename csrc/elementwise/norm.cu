@@ -393,7 +393,11 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 // H=4096 T=1024 9.67 -> 10.09, T=4096 34.74 -> 34.96), so below 16384 rows the vector kernel
 // stays. Tried and slower (tune, same machine): the fused op's input (read once) loaded with an
 // L2 evict_first policy ("h5": H=4096 T=32768 269.5 against 250.6 us), and with the residual
-// also stored evict_last ("h6": 260.1).
+// also stored evict_last ("h6": 260.1). The residual stored evict_last with h1's loads was no
+// different from h1 (H=4096 T=32768 250.31 against 250.54 us; H=8192 502.62 against 503.09).
+// For 1024-vector rows t1024 u1 read 1.1-1.6 % faster than t512 u1 in two of three tune runs
+// (H=8192 T=32768 503.09 against 508.78) and 0.4 % slower in the third; not yet tried in the
+// bench.
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
