@@ -401,11 +401,10 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
-// The fused op, on rows that the block shapes below cover in whole chunks (the measured shapes;
+// For the fused op: rows that the block shapes below cover in whole chunks (the measured shapes;
 // a partial last chunk, as bf16 H=7168 would have, was not measured against the vector kernel).
-template <bool kFused>
 bool use_twopass(int64_t rows, int64_t hv) {
-  return kFused && rows >= kTwoPassRows && (hv == 512 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0));
+  return rows >= kTwoPassRows && (hv == 512 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0));
 }
 
 template <typename T, bool kGemma>
@@ -471,7 +470,7 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
     if constexpr (kFused) {
-      if (use_twopass<kFused>(p.rows, p.hidden / kVec)) {
+      if (use_twopass(p.rows, p.hidden / kVec)) {
         return launch_twopass_for<T, kGemma>(p, rows_inner, p.hidden / kVec, stream);
       }
     }
