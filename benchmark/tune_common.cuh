@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pieces shared by the standalone launch-shape sweeps (benchmark/*/tune_*.cu, no torch): the
 // checked CUDA call with a context string, the median, list parsing, the device line, the
-// device-copy bandwidth that the sweeps print for reference, and the CUDA-graph timing of
-// benchmark/harness.py (graph_us). Header-only, so each sweep still
-// builds with one nvcc command.
+// device-copy bandwidth that the sweeps print for reference, the CUDA-graph timing of
+// benchmark/harness.py (graph_us) and the hash fill of bf16 test data (fill_bf16_kernel).
+// Header-only, so each sweep still builds with one nvcc command.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -150,6 +151,18 @@ inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
   }
   const int reps = std::min(40, std::max(8, int(40.0f / (calls * est_ms))));
   return graph_replay_us(call, calls, reps, s);
+}
+
+// bf16 data from a hash of (index, seed): element i = lo + span * u, u in [0, 1) in steps of
+// 2^-16 (a grid-stride loop: any grid fills any n).
+__global__ void fill_bf16_kernel(__nv_bfloat16* p, size_t n, uint32_t seed, float lo, float span) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 40503u;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    p[i] = __float2bfloat16(lo + span * float(h & 0xffff) / 65536.0f);
+  }
 }
 
 }  // namespace tune_common

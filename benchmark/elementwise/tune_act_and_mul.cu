@@ -19,29 +19,11 @@
 
 #include "elementwise/activation.cuh"
 #include "sgl_kernel/launch.cuh"
+#include "../tune_common.cuh"
 
 using namespace sgl_kernel;
 using namespace sgl_kernel::elementwise;
 using T = __nv_bfloat16;
-
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);    \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-__global__ void fill_kernel(T* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16((h & 0xffff) / 8192.0f - 4.0f);
-  }
-}
 
 using KernelFn = void (*)(T*, const T*, FastDivmod, uint32_t);
 
@@ -259,7 +241,7 @@ int main() {
   const size_t budget = size_t(6) << 30;
   T* pool;
   CK(cudaMalloc(&pool, budget));
-  fill_kernel<<<4096, 256, 0, s>>>(pool, budget / sizeof(T), 1234u);
+  tune_common::fill_bf16_kernel<<<4096, 256, 0, s>>>(pool, budget / sizeof(T), 1234u, -4.0f, 8.0f);
   CK(cudaGetLastError());
 
   std::printf("\n%-30s", "variant \\ (rows x d) GB/s");

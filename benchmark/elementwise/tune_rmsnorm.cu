@@ -590,16 +590,6 @@ const std::vector<Variant>& variants() {
 // ---------------------------------------------------------------------------------------
 // Data, checks, timing
 
-__global__ void fill_kernel(T* p, size_t n, uint32_t seed, float lo, float span) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 40503u;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16(lo + span * float(h & 0xffff) / 65536.0f);
-  }
-}
-
 struct CmpResult {
   unsigned long long ndiff;  // elements whose bits differ
   unsigned int max_ulp;      // largest difference in bf16 ulps (ordered bit patterns)
@@ -820,7 +810,7 @@ int main_impl(int argc, char** argv) {
       const size_t total = nsets * set_b + (shared_out ? row_b : 0) + (fused ? 4 : 1) * row_b;
       unsigned char* pool;
       CK(cudaMalloc(&pool, total));
-      fill_kernel<<<4096, 256, 0, s>>>(reinterpret_cast<T*>(pool), total / sizeof(T), 0x9e3779b9u + uint32_t(si),
+      tune_common::fill_bf16_kernel<<<4096, 256, 0, s>>>(reinterpret_cast<T*>(pool), total / sizeof(T), 0x9e3779b9u + uint32_t(si),
                                        -4.0f, 8.0f);
       CK(cudaGetLastError());
       Bufs b;

@@ -37,16 +37,6 @@ using T = __nv_bfloat16;
 using P = TensorQuantParams<T>;
 using Launch = std::function<cudaError_t(const P&, cudaStream_t)>;
 
-__global__ void fill_kernel(T* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16_rn(((h & 0xffffff) / float(0x1000000) - 0.5f) * 6.0f);
-  }
-}
-
 // "gBtTvV": the one-pass cluster kernel's work on a cooperative grid of B blocks (every block resident):
 // each block folds its maximum into scale[0] with the integer atomicMax, the grid
 // synchronises (cooperative_groups grid sync), and every block codes its share (held in
@@ -105,21 +95,18 @@ struct Variant {
   Launch run;
 };
 
-template <int kVpt>
-void add_cluster(std::vector<Variant>& v, int64_t num_vec, int cs, int threads) {
+// kGrid = false: "cCtTvV", the one-pass kernel in a cluster of C blocks (launch_cluster_quant);
+// true: "gBtTvV", on a cooperative grid of B blocks (launch_grid_quant).
+template <int kVpt, bool kGrid>
+void add_shape(std::vector<Variant>& v, int64_t num_vec, int blocks, int threads) {
   char name[32];
-  std::snprintf(name, sizeof(name), "c%dt%dv%d", cs, threads, kVpt);
+  std::snprintf(name, sizeof(name), "%c%dt%dv%d", kGrid ? 'g' : 'c', blocks, threads, kVpt);
   v.push_back({name, [=](const P& p, cudaStream_t s) {
-                 return launch_cluster_quant<T, kVpt>(p, num_vec, cs, threads, s);
-               }});
-}
-
-template <int kVpt>
-void add_grid(std::vector<Variant>& v, int64_t num_vec, int blocks, int threads) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "g%dt%dv%d", blocks, threads, kVpt);
-  v.push_back({name, [=](const P& p, cudaStream_t s) {
-                 return launch_grid_quant<T, kVpt>(p, num_vec, blocks, threads, s);
+                 if constexpr (kGrid) {
+                   return launch_grid_quant<T, kVpt>(p, num_vec, blocks, threads, s);
+                 } else {
+                   return launch_cluster_quant<T, kVpt>(p, num_vec, blocks, threads, s);
+                 }
                }});
 }
 
@@ -151,10 +138,10 @@ std::vector<Variant> variants(int64_t numel) {
         std::printf("  (c%dt%d does not fit)\n", cs, threads);
         continue;
       }
-      if (v2 == 1) add_cluster<1>(v, num_vec, cs, threads);
-      if (v2 == 2) add_cluster<2>(v, num_vec, cs, threads);
-      if (v2 == 4) add_cluster<4>(v, num_vec, cs, threads);
-      if (v2 == 8) add_cluster<8>(v, num_vec, cs, threads);
+      if (v2 == 1) add_shape<1, false>(v, num_vec, cs, threads);
+      if (v2 == 2) add_shape<2, false>(v, num_vec, cs, threads);
+      if (v2 == 4) add_shape<4, false>(v, num_vec, cs, threads);
+      if (v2 == 8) add_shape<8, false>(v, num_vec, cs, threads);
     }
   }
   // The two-kernel path with the maximum kernel on B blocks ("twoB").
@@ -171,9 +158,9 @@ std::vector<Variant> variants(int64_t numel) {
       const int64_t blocks = ceil_div<int64_t>(num_vec, int64_t{threads} * vpt);
       if (blocks > 132 || blocks < 2) continue;
       if (vpt > 1 && blocks * 2 <= 132 && ceil_div<int64_t>(num_vec, int64_t{threads} * (vpt / 2)) <= 132) continue;
-      if (vpt == 1) add_grid<1>(v, num_vec, int(blocks), threads);
-      if (vpt == 2) add_grid<2>(v, num_vec, int(blocks), threads);
-      if (vpt == 4) add_grid<4>(v, num_vec, int(blocks), threads);
+      if (vpt == 1) add_shape<1, true>(v, num_vec, int(blocks), threads);
+      if (vpt == 2) add_shape<2, true>(v, num_vec, int(blocks), threads);
+      if (vpt == 4) add_shape<4, true>(v, num_vec, int(blocks), threads);
     }
   }
   return v;
@@ -195,7 +182,7 @@ struct Buffers {
     CK(cudaMalloc(&q_ref, n));
     CK(cudaMalloc(&s, ns * 4));
     CK(cudaMalloc(&s_ref, ns * 4));
-    fill_kernel<<<256, 256, 0, st>>>(x, n, seed);
+    tune_common::fill_bf16_kernel<<<256, 256, 0, st>>>(x, n, seed, -3.0f, 6.0f);
     CK(cudaGetLastError());
   }
   ~Buffers() {
