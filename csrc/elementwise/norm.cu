@@ -13,7 +13,8 @@
 // hidden sizes that are multiples of 512 take a kernel of their own (rmsnorm_decode_kernel),
 // and from 16384 rows the fused op's long vector-aligned rows a two-pass kernel
 // (rmsnorm_twopass_kernel: a block per row reads it twice, the second time from the cache,
-// holding few registers), the plain op's the vector kernel with L2 evict_last loads.
+// holding few registers; 1024-vector rows are one chunk of it, held in registers), the plain
+// op's the vector kernel with L2 evict_last loads.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -205,7 +206,8 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
 // the input (read once) evict_first; 6 as 5, and the residual stored with L2 evict_last. The
 // launcher uses 1 (the fused op only); the rest are for benchmark/elementwise/tune_rmsnorm.cu.
 // Each thread re-reads only the vectors it stored itself, after row_group_sum's barrier (a
-// compiler fence), so no other synchronisation is needed.
+// compiler fence), so no other synchronisation is needed. kRegs (the launcher guarantees hv <=
+// kThreads * kUnroll: one chunk): pass 2 takes the row from the registers of pass 1 instead.
 // which: 0 first read (the residual, fused), 1 re-read, 2 weight, 3 the fused op's input.
 constexpr LoadPolicy twopass_policy(int hint, int which) {
   switch (hint) {
@@ -218,7 +220,7 @@ constexpr LoadPolicy twopass_policy(int hint, int which) {
   }
 }
 
-template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint>
+template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false>
 __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
   constexpr int kVec = kVec16<T>;
@@ -234,6 +236,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   float sum_sq = 0.f;
+  Word4 held[kRegs ? kUnroll : 1];  // kRegs: the row (one chunk) between the passes
   for (int base = threadIdx.x; base < hv; base += kThreads * kUnroll) {
     Word4 x[kUnroll], r[kFused ? kUnroll : 1];
 #pragma unroll
@@ -249,6 +252,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
       const int i = base + u * kThreads;
       if (i < hv) {
         sum_sq = add_sum_sq<T, kFused>(x[u], r[kFused ? u : 0], sum_sq);
+        if constexpr (kRegs) held[u] = x[u];
         if constexpr (kFused && kHint == 6) {
           store16<uint32_t, StorePolicy::kKeepL2>(reinterpret_cast<uint32_t*>(res + i * kVec), x[u]);
         } else if constexpr (kFused) {
@@ -266,7 +270,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
     for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * kThreads;
       if (i < hv) {
-        x[u] = load_vec<Word4, kAgain>(src + i * kVec);
+        if constexpr (kRegs) {
+          x[u] = held[u];
+        } else {
+          x[u] = load_vec<Word4, kAgain>(src + i * kVec);
+        }
         w[u] = load_vec<Word4, kWeight>(p.weight + i * kVec);
       }
     }
@@ -278,9 +286,9 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
   }
 }
 
-template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint>
+template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false>
 cudaError_t launch_twopass(const RmsNormParams<T>& p, const FastDivmod& rows_inner, cudaStream_t stream) {
-  return launch_kernel(rmsnorm_twopass_kernel<T, kThreads, kUnroll, kFused, kGemma, kHint>,
+  return launch_kernel(rmsnorm_twopass_kernel<T, kThreads, kUnroll, kFused, kGemma, kHint, kRegs>,
                        dim3(static_cast<uint32_t>(p.rows)), dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner);
 }
 
@@ -395,24 +403,48 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 // L2 evict_first policy ("h5": H=4096 T=32768 269.5 against 250.6 us), and with the residual
 // also stored evict_last ("h6": 260.1). The residual stored evict_last with h1's loads was no
 // different from h1 (H=4096 T=32768 250.31 against 250.54 us; H=8192 502.62 against 503.09).
-// For 1024-vector rows t1024 u1 read 1.1-1.6 % faster than t512 u1 in two of three tune runs
-// (H=8192 T=32768 503.09 against 508.78) and 0.4 % slower in the third; not yet tried in the
-// bench.
+// 1024-vector rows (session 14, two H200s, .bundle/ab_norm.py: the bench's CUDA-graph timing,
+// fused H=8192 T=16384 / 32768, us): t512 u1 h1 256.6 / 509.5 and 255.5-255.9 / 507.4-531.7;
+// t1024 u1 h1 (one chunk) re-reading the row 252.9 / 501.5; the same holding the row in
+// registers (kRegs) 252.5 / 501.3 and 252.1-255.0 / 502.6-506.3 (up to 100.9 % of copy).
+// Shipped: t1024 u1 h1 kRegs. At 512-vector rows (H=4096) the one-chunk shapes were no faster
+// than t256 u2 re-reading the row (T=32768: kRegs t256 u2 252.4, t512 u1 252.8, against 252.0
+// and 251.0 on the two machines); nor were stores under cache policies: the output stored
+// evict_last 250.8-250.9 against 251.0, the residual stored evict_first 254.4-255.0; and with
+// kRegs t256 u2, the first reads without a policy 266.3 or evict_first 268.6 (the evict_last
+// reads keep the rows' lines in L2 for the in-place stores).
+// Rows of 640 and 896 vectors (bf16 H=5120, 7168), which took the vector kernel, as one chunk
+// of a block of hv threads in registers (session 14, H200, the same timing, us at T=16384 /
+// 32768): H=5120 165.3 / 327.9 -> 158.5 / 314.1 (100.6 % of copy), H=7168 232.5 / 461.5 ->
+// 225.1 / 447.4 (re-reading the row instead of kRegs: 227.4 / 453). At 768 vectors (bf16
+// H=6144) a 768-thread block leaves room for two a SM (1536 threads), and t768 u1 kRegs was
+// slower than the vector kernel (201.4 / 400.5 against 197.3 / 390.4); t256 u3 kRegs is faster
+// (another machine: 195.6 / 387.0 -> 189.8 / 376.4; t384 u2 kRegs 189.9 / 376.6). 2048-vector
+// rows (H=16384) were no faster as t1024 u2 kRegs (T=32768 1010.0 against 1010.3), so they keep
+// t1024 u1 re-reading chunks. The plain op's vector kernel stays at these lengths: the one-chunk
+// kernel (one load a thread) reached 60-70 % of copy at H=5120-7168, where the vector kernel
+// reads 92 % (H=5120), 94-96 % (6144) and 101 % (7168).
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
-// For the fused op: rows that the block shapes below cover in whole chunks (the measured shapes;
-// a partial last chunk, as bf16 H=7168 would have, was not measured against the vector kernel).
+// For the fused op: rows that the block shapes below cover in whole chunks (the measured shapes).
 bool use_twopass(int64_t rows, int64_t hv) {
-  return rows >= kTwoPassRows && (hv == 512 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0));
+  return rows >= kTwoPassRows &&
+         (hv == 512 || hv == 640 || hv == 768 || hv == 896 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0));
 }
 
 template <typename T, bool kGemma>
 cudaError_t launch_twopass_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
                                cudaStream_t stream) {
   constexpr int kHint = kTwoPassFusedHint;
+  switch (hv) {  // one chunk, held in registers
+    case 640: return launch_twopass<T, 640, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
+    case 768: return launch_twopass<T, 256, 3, true, kGemma, kHint, true>(p, rows_inner, stream);
+    case 896: return launch_twopass<T, 896, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
+    case 1024: return launch_twopass<T, 1024, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
+    default: break;
+  }
   if (hv <= 512) return launch_twopass<T, 256, 2, true, kGemma, kHint>(p, rows_inner, stream);
-  if (hv <= 1024) return launch_twopass<T, 512, 1, true, kGemma, kHint>(p, rows_inner, stream);
   return launch_twopass<T, 1024, 1, true, kGemma, kHint>(p, rows_inner, stream);
 }
 
