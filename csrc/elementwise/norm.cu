@@ -330,6 +330,18 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // vector kernel (2 vectors a lane up to 1024 vectors, 4 up to 2048) were slower in the bench
 // than the two-pass kernel although the tune had them faster: fused H=4096 T=16384/32768
 // 132.3/261.7-263.0 against 126.9/251.5, H=8192 278.4-284.7/563.2 against 256.3/509.3.
+// Rows of 768 vectors (bf16 H=6144), where the vector kernel's 96-thread rows reached 95-96 %
+// of copy and torch.compile 97-99 % (session 14, H200, .bundle/ab_env.py: the bench's timing,
+// plain op, us at T=16384 / 32768; three machines): vector kernel 99.7-100.7 / 196.6-198.2;
+// two-pass kernel, one chunk held in registers, t256 u3 98.2 / 194.3, t192 u4 98.1-98.8 /
+// 194.1-195.4, t128 u6 98.9 / 195.6; the vector kernel at 6 a lane (128 threads) 98.4 / 194.6;
+// torch.compile (a 512-thread two-pass kernel, the row in 8-byte pieces) 97.1-97.8 / 191.0-193.3.
+// Shipped t256 u3 (h1: the evict_last loads), still 0.5-1 % behind torch.compile. Re-reading
+// the row (t256 u3 h3, as torch.compile does) 99.7 / 197.1, and with one chunk per loop
+// iteration (t256 u1, t512 u1) 246-270 us at T=32768: a lane needs its loads in flight at
+// once. At 640 vectors (bf16 H=5120) no shape beat the vector kernel (6 a lane, 128 threads,
+// plain loads: 171.0-172.9 at T=32768, 91-92 % of copy; torch.compile 174.1-176.0).
+constexpr int kTwoPassPlainHint = 1;
 constexpr int64_t kKeepRows = 16384;
 
 template <typename T, bool kFused, bool kGemma>
@@ -352,6 +364,11 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   // The plain op from 16384 rows of 512 vectors or more: 8 vectors a lane, the row loaded under
   // an L2 evict_last policy (kKeepRows' NOTE). The fused op takes the two-pass kernel there.
   if constexpr (!kFused) {
+    // 768 vectors (bf16 H=6144): the two-pass kernel's one chunk of 3 vectors a thread instead
+    // (kKeepRows' NOTE).
+    if (p.rows >= kKeepRows && hv == 768) {
+      return launch_twopass<T, 256, 3, kFused, kGemma, kTwoPassPlainHint, true>(p, rows_inner, stream);
+    }
     if (p.rows >= kKeepRows && hv >= 512) {
       const int tpr = row_group_threads(hv, 8, 1, vec_max_threads(8));
       if (tpr > 0) return launch_vec<T, 8, kFused, kGemma, 0, false, LoadPolicy::kKeepL2>(p, rows_inner, tpr, stream);

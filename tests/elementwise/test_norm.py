@@ -166,11 +166,12 @@ DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257
 # From 16384 rows (norm.cu): the fused ops take the two-pass kernel (rmsnorm_twopass_kernel) on
 # rows of 512 16-byte vectors, of 640-1024 in steps of 128 (one chunk held in registers: bf16
 # H=5120 / 7168 / 8192, fp32 H=3072 / 4096) or a multiple of 1024 (block shapes by row length),
-# the plain ops the vector kernel with L2 evict_last row loads on rows of 512 vectors or more.
-# 16383 rows, bf16 H=2048 / 3072 (256 / 384 vectors) and fp32 H=5120 / 7168 (1280 / 1792) take
-# the other kernels: the shapes on either side.
+# the plain ops the vector kernel with L2 evict_last row loads on rows of 512 vectors or more,
+# but for 768 (bf16 H=6144, fp32 H=3072: the two-pass kernel's one chunk in registers). 16383
+# rows, bf16 H=2048 / 3072 (256 / 384 vectors) and fp32 H=5120 / 7168 (1280 / 1792) take the
+# other kernels: the shapes on either side.
 TWOPASS_SHAPES = [(16384, 2048), (16384, 3072), (16384, 4096), (16383, 8192), (16384, 8192), (16384, 5120),
-                  (16384, 7168), (16400, 16384)]
+                  (16384, 6144), (16384, 7168), (16400, 16384)]
 
 
 @GPU
