@@ -86,6 +86,10 @@ def shapes(quick: bool):
     # Long rows at decode sizes (the cluster split of norm.cu's decode kernel).
     for op in ("rmsnorm", "fused_add_rmsnorm"):
         out += [(op, bf16, t, 16384) for t in (16, 1, 128)]
+    # Other model sizes at many rows, where norm.cu picks other block shapes by row length
+    # (bf16 H=5120 / 6144 / 7168: 640 / 768 / 896 16-byte vectors).
+    for op in ("rmsnorm", "fused_add_rmsnorm"):
+        out += [(op, bf16, t, h) for h in (5120, 6144, 7168) for t in (16384, 32768)]
     return out
 
 
