@@ -446,25 +446,25 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
-// For the fused op: rows that the block shapes below cover in whole chunks (the measured shapes).
-bool use_twopass(int64_t rows, int64_t hv) {
-  return rows >= kTwoPassRows &&
-         (hv == 512 || hv == 640 || hv == 768 || hv == 896 || hv == 1024 || (hv >= 2048 && hv % 1024 == 0));
-}
-
+// The fused op from kTwoPassRows rows, on the row lengths measured (hv 16-byte vectors: 512,
+// 640-1024 in steps of 128, multiples of 1024); cudaErrorNotSupported (nothing launched) on the
+// others.
 template <typename T, bool kGemma>
 cudaError_t launch_twopass_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
                                cudaStream_t stream) {
   constexpr int kHint = kTwoPassFusedHint;
-  switch (hv) {  // one chunk, held in registers
+  if (p.rows < kTwoPassRows) return cudaErrorNotSupported;
+  switch (hv) {
+    case 512: return launch_twopass<T, 256, 2, true, kGemma, kHint>(p, rows_inner, stream);
+    // One chunk, held in registers:
     case 640: return launch_twopass<T, 640, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
     case 768: return launch_twopass<T, 256, 3, true, kGemma, kHint, true>(p, rows_inner, stream);
     case 896: return launch_twopass<T, 896, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
     case 1024: return launch_twopass<T, 1024, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
     default: break;
   }
-  if (hv <= 512) return launch_twopass<T, 256, 2, true, kGemma, kHint>(p, rows_inner, stream);
-  return launch_twopass<T, 1024, 1, true, kGemma, kHint>(p, rows_inner, stream);
+  if (hv >= 2048 && hv % 1024 == 0) return launch_twopass<T, 1024, 1, true, kGemma, kHint>(p, rows_inner, stream);
+  return cudaErrorNotSupported;
 }
 
 bool aligned16(const RowStrides& s, int kVec) { return s.outer % kVec == 0 && s.inner % kVec == 0; }
@@ -521,9 +521,8 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
     if constexpr (kFused) {
-      if (use_twopass(p.rows, p.hidden / kVec)) {
-        return launch_twopass_for<T, kGemma>(p, rows_inner, p.hidden / kVec, stream);
-      }
+      const cudaError_t e = launch_twopass_for<T, kGemma>(p, rows_inner, p.hidden / kVec, stream);
+      if (e != cudaErrorNotSupported) return e;
     }
     const cudaError_t e = launch_vec_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
     if (e != cudaErrorNotSupported) return e;
