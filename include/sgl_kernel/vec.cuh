@@ -78,7 +78,9 @@ template <typename T, LoadPolicy kPolicy = LoadPolicy::kDefault>
 __device__ __forceinline__ Vec16<T> load16(const T* p) {
   Vec16<T> v;
   if constexpr (kPolicy == LoadPolicy::kDefault) {
-    v = *reinterpret_cast<const Vec16<T>*>(p);
+    // Through uint4: a Vec16 of a type with its own copy assignment (half2, __nv_bfloat162)
+    // is otherwise copied member by member, as four 4-byte loads.
+    *reinterpret_cast<uint4*>(&v) = *reinterpret_cast<const uint4*>(p);
   } else {
     uint4 r;
     if constexpr (kPolicy == LoadPolicy::kStream) {
@@ -130,7 +132,9 @@ __device__ __forceinline__ V load_vec(const void* p) {
   static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "4-, 8- or 16-byte vectors");
   V v;
   if constexpr (kPolicy == LoadPolicy::kDefault) {
-    v = *reinterpret_cast<const V*>(p);
+    // Through a plain word of the vector's size (see load16).
+    using W = std::conditional_t<sizeof(V) == 16, uint4, std::conditional_t<sizeof(V) == 8, uint2, uint32_t>>;
+    *reinterpret_cast<W*>(&v) = *reinterpret_cast<const W*>(p);
   } else if constexpr (sizeof(V) == 16) {
     using T = std::remove_cv_t<std::remove_reference_t<decltype(v.data[0])>>;
     v = load16<T, kPolicy>(reinterpret_cast<const T*>(p));
@@ -158,7 +162,7 @@ __device__ __forceinline__ Vec16<T> load16_stream(const T* p) {
 template <typename T, StorePolicy kPolicy = StorePolicy::kDefault>
 __device__ __forceinline__ void store16(T* p, const Vec16<T>& v) {
   if constexpr (kPolicy == StorePolicy::kDefault) {
-    *reinterpret_cast<Vec16<T>*>(p) = v;
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&v);  // one 16-byte store (see load16)
   } else if constexpr (kPolicy == StorePolicy::kKeepL2) {
     const uint4 r = *reinterpret_cast<const uint4*>(&v);
     asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z),
