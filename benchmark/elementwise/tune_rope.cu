@@ -22,6 +22,14 @@
 // without loading it (the check still passes: the test's positions are token + 7), which
 // shows what the dependent position load costs; "occ4" = __launch_bounds__(256, 4) (at most 64
 // registers: 4 blocks of 256 threads per SM instead of 3).
+// Session 15 (H200): "prod sN" = production's plan with N heads a lane; "wN" = var_kernel in
+// blocks of N warps (GPT-J in the "co" layout), "csnc" = cos/sin through ld.global.nc, "cssh"
+// = the warp loads the cos/sin row once and shuffles it out, "cocs diag" = NeoX with GPT-J's
+// cos/sin access pattern (wrong values: timing only), "s2" = 2 heads a lane; "diag empty" =
+// the kernel returns after the PDL wait (launch and block-scheduling floor), "diag nocs" /
+// "noload" = constants instead of the cos/sin / head loads; "lean ..." = production's
+// in-place path copied with switches (lean_kernel) and "pk" = production's kernel launched
+// through the var path, which found what separated production from var_kernel (see rope.cu).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,24 +50,34 @@ using namespace sgl_kernel::elementwise;
 using T = __nv_bfloat16;
 using P = RopeParams<T>;
 
-constexpr int kHeadsFirst = 1, kU32 = 2, kEarly = 4, kCo = 8, kNoPos = 16, kOcc4 = 32;
+// The var_kernel's default block (production's block: RopePlan::block).
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;
+
+constexpr int kHeadsFirst = 1, kU32 = 2, kEarly = 4, kCo = 8, kNoPos = 16, kOcc4 = 32, kNoCs = 64, kNoLoad = 128,
+              kEmpty = 256, kT128 = 512, kCsShfl = 1024, kCsNc = 2048, kCoCs = 4096;
 
 // In place, no KV write, R = D (every unit rotary): the production kernel's structure with
 // the kFlags changes above.
-template <bool kInterleave, int kFlags>
+template <bool kInterleave, int kFlags, int kBW = 0>
 __global__ void __launch_bounds__(kThreads, (kFlags & kOcc4) != 0 ? 4 : 1) var_kernel(const P p, const RopeLayout l) {
   SGL_PDL_WAIT();
+  if constexpr ((kFlags & kEmpty) != 0) {
+    SGL_PDL_LAUNCH_DEPENDENTS();
+    return;
+  }
   if constexpr ((kFlags & kEarly) != 0) SGL_PDL_LAUNCH_DEPENDENTS();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  constexpr int kBlockWarps = kBW > 0 ? kBW : (kFlags & kT128) != 0 ? 4 : kWarps;
   int64_t token;
   int chunk;
   if constexpr ((kFlags & kU32) != 0) {
-    const uint32_t warp = blockIdx.x * kWarps + threadIdx.x / kWarpSize;
+    const uint32_t warp = blockIdx.x * kBlockWarps + threadIdx.x / kWarpSize;
     const uint32_t t32 = warp / static_cast<uint32_t>(l.chunks);
     token = t32;
     chunk = static_cast<int>(warp - t32 * static_cast<uint32_t>(l.chunks));
   } else {
-    const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+    const int64_t warp = static_cast<int64_t>(blockIdx.x) * kBlockWarps + static_cast<int>(threadIdx.x) / kWarpSize;
     token = warp / l.chunks;
     chunk = static_cast<int>(warp - token * l.chunks);
   }
@@ -78,13 +96,50 @@ __global__ void __launch_bounds__(kThreads, (kFlags & kOcc4) != 0 ? 4 : 1) var_k
                   : p.k_rope + token * p.k_rope_stride_n + (h - hq) * p.k_rope_stride_h;
   };
   auto load_cs = [&](int64_t pos, float (&c)[8], float (&s)[8]) {
+    if constexpr ((kFlags & kNoCs) != 0) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        c[e] = 1.0f - 1e-3f * float(e + (pos & 3));
+        s[e] = 1e-3f * float(e + (pos & 3));
+      }
+      return;
+    }
     const float* row = p.cos_sin_cache + pos * p.rotary_dim;
-    const int a = kCoLayout ? 4 * u : 8 * u;
-    const int b = kCoLayout ? 4 * (u + l.units) : 8 * u + 4;
-    const Vec<float, 4> c0 = load_vec<Vec<float, 4>>(row + a);
-    const Vec<float, 4> c1 = load_vec<Vec<float, 4>>(row + b);
-    const Vec<float, 4> s0 = load_vec<Vec<float, 4>>(row + rot_half + a);
-    const Vec<float, 4> s1 = load_vec<Vec<float, 4>>(row + rot_half + b);
+    if constexpr ((kFlags & kCsShfl) != 0) {
+      // R = 128 only: the warp loads the whole 512-byte row once (lane l: floats 4l .. 4l + 3)
+      // and each lane gathers its 8 cos and 8 sin values from four lanes.
+      const Vec<float, 4> w = load_vec<Vec<float, 4>>(row + 4 * lane);
+      const int src_c0 = kCoLayout ? u : 2 * u;
+      const int src_c1 = kCoLayout ? u + 8 : 2 * u + 1;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        c[e] = __shfl_sync(0xffffffffu, w[e], src_c0);
+        c[e + 4] = __shfl_sync(0xffffffffu, w[e], src_c1);
+        s[e] = __shfl_sync(0xffffffffu, w[e], src_c0 + 16);
+        s[e + 4] = __shfl_sync(0xffffffffu, w[e], src_c1 + 16);
+      }
+      return;
+    }
+    constexpr bool kCoPattern = kCoLayout || (kFlags & kCoCs) != 0;  // kCoCs: diagnostic, wrong values
+    const int a = kCoPattern ? 4 * u : 8 * u;
+    const int b = kCoPattern ? 4 * (u + l.units) : 8 * u + 4;
+    auto ld = [](const float* q) {
+      if constexpr ((kFlags & kCsNc) != 0) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(q));
+        Vec<float, 4> r;
+        r[0] = v.x;
+        r[1] = v.y;
+        r[2] = v.z;
+        r[3] = v.w;
+        return r;
+      } else {
+        return load_vec<Vec<float, 4>>(q);
+      }
+    };
+    const Vec<float, 4> c0 = ld(row + a);
+    const Vec<float, 4> c1 = ld(row + b);
+    const Vec<float, 4> s0 = ld(row + rot_half + a);
+    const Vec<float, 4> s1 = ld(row + rot_half + b);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       c[e] = c0[e];
@@ -114,8 +169,16 @@ __global__ void __launch_bounds__(kThreads, (kFlags & kOcc4) != 0 ? 4 : 1) var_k
       active[b] = i0 + b < l.steps && h < l.total_heads;
       if (active[b]) {
         const T* src = head_ptr(h);
-        x0[b] = load_at(src, off0);
-        x1[b] = load_at(src, off1);
+        if constexpr ((kFlags & kNoLoad) != 0) {
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            x0[b][m] = Pair<T>::from_float2(make_float2(float(h), float(m)));
+            x1[b][m] = Pair<T>::from_float2(make_float2(float(u), float(slot)));
+          }
+        } else {
+          x0[b] = load_at<LoadPolicy::kDefault>(src, off0);
+          x1[b] = load_at<LoadPolicy::kDefault>(src, off1);
+        }
       }
     }
     if constexpr ((kFlags & kHeadsFirst) != 0) {
@@ -140,6 +203,128 @@ __global__ void __launch_bounds__(kThreads, (kFlags & kOcc4) != 0 ? 4 : 1) var_k
   if constexpr ((kFlags & kEarly) == 0) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
+// Production's in-place (kGeneral = false) path, NeoX, copied with switches that turn it into
+// var_kernel step by step, to find what separates the two at decode sizes: kLbVar =
+// __launch_bounds__(256, 1) as var_kernel; kInLoop = position and cos/sin loaded inside the
+// batch loop; kCsOrder = cos/sin loads in var_kernel's order (c0, c1, s0, s1); kDiv = u, slot,
+// token and chunk by integer division instead of FastDivmod.
+constexpr int kLbVar = 1, kInLoop = 2, kCsOrder = 4, kDiv = 8, kEarlyHeads = 16;
+RopeLayout layout_for(const P& p, int force_steps);
+template <int kSw>
+__global__ void __launch_bounds__(128, (kSw & kLbVar) != 0 ? 1 : 0) lean_kernel(const P p, const RopeLayout l) {
+  SGL_PDL_WAIT();
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const uint32_t warp = blockIdx.x * 4 + threadIdx.x / kWarpSize;
+  uint32_t token32, chunk32, slot32, u32;
+  if constexpr ((kSw & kDiv) != 0) {
+    token32 = warp / static_cast<uint32_t>(l.chunks);
+    chunk32 = warp - token32 * static_cast<uint32_t>(l.chunks);
+    u32 = static_cast<uint32_t>(lane % l.units);
+    slot32 = static_cast<uint32_t>(lane / l.units);
+  } else {
+    l.by_chunks.divmod(warp, token32, chunk32);
+    l.by_units.divmod(static_cast<uint32_t>(lane), slot32, u32);
+  }
+  const int64_t token = token32;
+  const int chunk = static_cast<int>(chunk32), u = static_cast<int>(u32), slot = static_cast<int>(slot32);
+  if (token >= p.nnz || slot >= l.slots) return;
+  const int rot_half = p.rotary_dim / 2;
+  const int off0 = 8 * u, off1 = rot_half + 8 * u;
+  float c[8], s[8];
+  auto load_pos_cs = [&]() -> bool {
+    const int64_t pos = static_cast<const int64_t*>(p.pos_ids)[token];
+    if (pos < 0 || pos >= p.max_pos) return false;
+    const float* row = p.cos_sin_cache + pos * p.rotary_dim;
+    if constexpr ((kSw & kCsOrder) != 0) {
+      const float4 c0 = load_cs4(row + 8 * u), c1 = load_cs4(row + 8 * u + 4);
+      const float4 s0 = load_cs4(row + rot_half + 8 * u), s1 = load_cs4(row + rot_half + 8 * u + 4);
+      c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w, c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
+      s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w, s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
+    } else {
+      load_cos_sin<false>(row, rot_half, 8 * u, 8 * u + 4, true, true, c, s);
+    }
+    return true;
+  };
+  const int hq = p.num_q_heads;
+  const int first_step = chunk * l.steps;
+  auto head = [&](int h) -> T* {
+    return h < hq ? p.q_rope + token * p.q_rope_stride_n + h * p.q_rope_stride_h
+                  : p.k_rope + token * p.k_rope_stride_n + (h - hq) * p.k_rope_stride_h;
+  };
+  if constexpr ((kSw & kEarlyHeads) != 0) {
+    // The position load first, then the first batch of heads (independent of it), then the
+    // position check and the cos/sin loads that depend on it.
+    const int64_t pos = static_cast<const int64_t*>(p.pos_ids)[token];
+    V<T> x0[kBatch], x1[kBatch];
+    for (int i0 = 0; i0 < l.steps; i0 += kBatch) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int h = (first_step + i0 + b) * l.slots + slot;
+        if (i0 + b < l.steps && h < l.total_heads) {
+          const T* src = head(h);
+          x0[b] = load_at<LoadPolicy::kDefault>(src, off0);
+          x1[b] = load_at<LoadPolicy::kDefault>(src, off1);
+        }
+      }
+      if (i0 == 0) {
+        if (pos < 0 || pos >= p.max_pos) return;
+        const float* row = p.cos_sin_cache + pos * p.rotary_dim;
+        load_cos_sin<false>(row, rot_half, 8 * u, 8 * u + 4, true, true, c, s);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int h = (first_step + i0 + b) * l.slots + slot;
+        if (i0 + b < l.steps && h < l.total_heads) {
+          rotate_halves<T>(x0[b], x1[b], c, s);
+          T* dst = head(h);
+          store_at(dst, off0, x0[b]);
+          store_at(dst, off1, x1[b]);
+        }
+      }
+    }
+    SGL_PDL_LAUNCH_DEPENDENTS();
+    return;
+  }
+  if constexpr ((kSw & kInLoop) == 0) {
+    if (!load_pos_cs()) return;
+  }
+  for (int i0 = 0; i0 < l.steps; i0 += kBatch) {
+    if constexpr ((kSw & kInLoop) != 0) {
+      if (!load_pos_cs()) return;
+    }
+    V<T> x0[kBatch], x1[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int h = (first_step + i0 + b) * l.slots + slot;
+      if (i0 + b < l.steps && h < l.total_heads) {
+        const T* src = head(h);
+        x0[b] = load_at<LoadPolicy::kDefault>(src, off0);
+        x1[b] = load_at<LoadPolicy::kDefault>(src, off1);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int h = (first_step + i0 + b) * l.slots + slot;
+      if (i0 + b < l.steps && h < l.total_heads) {
+        rotate_halves<T>(x0[b], x1[b], c, s);
+        T* dst = head(h);
+        store_at(dst, off0, x0[b]);
+        store_at(dst, off1, x1[b]);
+      }
+    }
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+template <int kSw>
+cudaError_t launch_lean(const P& p, cudaStream_t s) {
+  RopeLayout l = layout_for(p, 0);
+  l.by_units = FastDivmod(static_cast<uint32_t>(l.units));
+  l.by_chunks = FastDivmod(static_cast<uint32_t>(l.chunks));
+  const auto blocks = static_cast<uint32_t>(ceil_div<int64_t>(p.nnz * l.chunks, 4));
+  return launch_kernel(lean_kernel<kSw>, dim3(blocks), dim3(128), 0, s, p.enable_pdl, p, l);
+}
+
 // Production's layout for an in-place call, with at most `max_steps` heads per lane when > 0
 // (more warps), or exactly `force_steps` when > 0.
 RopeLayout layout_for(const P& p, int force_steps) {
@@ -155,11 +340,13 @@ RopeLayout layout_for(const P& p, int force_steps) {
   return l;
 }
 
-template <bool kInterleave, int kFlags>
+template <bool kInterleave, int kFlags, int kBW = 0>
 cudaError_t launch_var(const P& p, int force_steps, cudaStream_t s) {
   const RopeLayout l = layout_for(p, force_steps);
-  const auto blocks = static_cast<uint32_t>(ceil_div<int64_t>(p.nnz * l.chunks, kWarps));
-  return launch_kernel(var_kernel<kInterleave, kFlags>, dim3(blocks), dim3(kThreads), 0, s, p.enable_pdl, p, l);
+  constexpr int kBlockWarps = kBW > 0 ? kBW : (kFlags & kT128) != 0 ? 4 : kWarps;
+  const auto blocks = static_cast<uint32_t>(ceil_div<int64_t>(p.nnz * l.chunks, kBlockWarps));
+  return launch_kernel(var_kernel<kInterleave, kFlags, kBW>, dim3(blocks), dim3(kBlockWarps * kWarpSize), 0, s,
+                       p.enable_pdl, p, l);
 }
 
 struct Variant {
@@ -195,12 +382,14 @@ int main(int argc, char** argv) {
       vars.push_back({st + (pdl ? "prod pdl" : "prod"), bool(gptj), bool(pdl),
                       [](const P& p, cudaStream_t s) { return launch_rope<T>(p, s); }});
     }
-    for (int st_ : {4, 5, 8, 10}) {
-      vars.push_back({st + "prod s" + std::to_string(st_), bool(gptj), false, [gptj, st_](const P& p, cudaStream_t s) {
-                        const RopeLayout l = layout_for(p, st_);
-                        const auto g = static_cast<uint32_t>(ceil_div<int64_t>(p.nnz * l.chunks, kWarps));
-                        return gptj ? launch_typed<T, true, int64_t>(p, l, false, g, s)
-                                    : launch_typed<T, false, int64_t>(p, l, false, g, s);
+    for (int st_ : {1, 2, 3, 4, 5, 8, 10}) {
+      vars.push_back({st + "prod s" + std::to_string(st_), bool(gptj), false, [st_](const P& p, cudaStream_t s) {
+                        RopePlan plan;
+                        CK(plan_rope(p, plan));
+                        plan.l.steps = st_;
+                        plan.l.chunks = ceil_div(ceil_div(plan.l.total_heads, plan.l.slots), st_);
+                        if (!set_grid(plan, p.nnz)) return cudaErrorInvalidConfiguration;
+                        return launch_plan(p, plan, s);
                       }});
     }
 #define ADD(NAME, PDL, FLAGS, STEPS)                                                                    \
@@ -219,12 +408,77 @@ int main(int argc, char** argv) {
     ADD("v u32 steps4 occ4", false, kU32 | kOcc4, 4);
     ADD("v hf u32 steps4 occ4", false, kHeadsFirst | kU32 | kOcc4, 4);
     ADD("v hf u32 steps4 nopdl", false, kHeadsFirst | kU32, 4);
+    ADD("v u32 t128", true, kU32 | kT128, 0);
+    ADD("v u32 t128 nopdl", false, kU32 | kT128, 0);
+    ADD("v u32 nopdl", false, kU32, 0);
+    ADD("diag empty", true, kEmpty, 0);
+    ADD("diag empty nopdl", false, kEmpty, 0);
+    ADD("diag nocs", true, kU32 | kNoCs, 0);
+    ADD("diag nopos nocs", true, kU32 | kNoPos | kNoCs, 0);
+    ADD("diag noload", true, kU32 | kNoLoad, 0);
+    ADD("diag noload nocs nopos", true, kU32 | kNoLoad | kNoCs | kNoPos, 0);
+    ADD("diag nopos nocs nopdl", false, kU32 | kNoPos | kNoCs, 0);
     if (gptj) {
       ADD("v co", true, kCo, 0);
       ADD("v co hf u32", true, kCo | kHeadsFirst | kU32, 0);
       ADD("v co hf u32 nopdl", false, kCo | kHeadsFirst | kU32, 0);
     }
+#define ADDW(NAME, PDL, FLAGS, BW)                                                                                 \
+  vars.push_back({st + NAME, bool(gptj), PDL, [gptj](const P& p, cudaStream_t s) {                                 \
+                    return gptj ? launch_var<true, FLAGS | kCo, BW>(p, 0, s) : launch_var<false, FLAGS, BW>(p, 0, s); \
+                  }})
+    ADDW("w4", true, kU32, 4);
+    ADDW("w8", true, kU32, 8);
+    ADDW("w4 cssh", true, kU32 | kCsShfl, 4);
+    ADDW("w4 csnc", true, kU32 | kCsNc, 4);
+    ADDW("w4 hf cssh", true, kU32 | kHeadsFirst | kCsShfl, 4);
+    ADDW("w4 nopdl", false, kU32, 4);
+    ADDW("w4 cssh nopdl", false, kU32 | kCsShfl, 4);
+    ADDW("w4 csnc nopdl", false, kU32 | kCsNc, 4);
+    ADDW("w4 hf cssh nopdl", false, kU32 | kHeadsFirst | kCsShfl, 4);
+    ADDW("w4 hf nopdl", false, kU32 | kHeadsFirst, 4);
+    ADDW("w8 cssh", true, kU32 | kCsShfl, 8);
+    ADDW("w8 cssh nopdl", false, kU32 | kCsShfl, 8);
+    ADDW("w4 empty nopdl", false, kEmpty, 4);
+    ADDW("w4 cocs diag", true, kU32 | kCoCs, 4);
+    ADDW("w4 cocs diag nopdl", false, kU32 | kCoCs, 4);
+    ADDW("w4 csnc cocs diag nopdl", false, kU32 | kCoCs | kCsNc, 4);
+    vars.push_back({st + "w4 s2", bool(gptj), true, [gptj](const P& p, cudaStream_t s) {
+                      return gptj ? launch_var<true, kU32 | kCo, 4>(p, 2, s) : launch_var<false, kU32, 4>(p, 2, s);
+                    }});
+    vars.push_back({st + "w4 s2 nopdl", bool(gptj), false, [gptj](const P& p, cudaStream_t s) {
+                      return gptj ? launch_var<true, kU32 | kCo, 4>(p, 2, s) : launch_var<false, kU32, 4>(p, 2, s);
+                    }});
+#undef ADDW
 #undef ADD
+    if (!gptj) {
+#define LEAN(NAME, SW) \
+  vars.push_back({st + NAME, false, false, [](const P& p, cudaStream_t s) { return launch_lean<SW>(p, s); }})
+      LEAN("lean", 0);
+      LEAN("lean lb", kLbVar);
+      LEAN("lean loop", kInLoop);
+      LEAN("lean order", kCsOrder);
+      LEAN("lean div", kDiv);
+      LEAN("lean all", kLbVar | kInLoop | kCsOrder | kDiv);
+      LEAN("lean loop lb", kLbVar | kInLoop);
+      LEAN("lean early", kEarlyHeads);
+      LEAN("lean early lb", kEarlyHeads | kLbVar);
+#undef LEAN
+    }
+    // Production's kernel launched as the var kernels are (their layout, one launch helper):
+    // tells the kernel's cost from the launcher's.
+    for (int pdl = 0; pdl < 2; ++pdl) {
+      vars.push_back({st + (pdl ? "pk pdl" : "pk"), bool(gptj), bool(pdl), [gptj](const P& p, cudaStream_t s) {
+                        RopeLayout l = layout_for(p, 0);
+                        l.by_units = FastDivmod(static_cast<uint32_t>(l.units));
+                        l.by_chunks = FastDivmod(static_cast<uint32_t>(l.chunks));
+                        const auto blocks = static_cast<uint32_t>(ceil_div<int64_t>(p.nnz * l.chunks, 4));
+                        return gptj ? launch_kernel(rope_kernel<T, true, int64_t, false, false>, dim3(blocks),
+                                                    dim3(kBlock), 0, s, p.enable_pdl, p, l)
+                                    : launch_kernel(rope_kernel<T, false, int64_t, false, false>, dim3(blocks),
+                                                    dim3(kBlock), 0, s, p.enable_pdl, p, l);
+                      }});
+    }
   }
   auto selected = [&](const Variant& v) {
     if (v.name.find("prod") != std::string::npos || only.empty()) return true;

@@ -27,6 +27,7 @@
 
 #include "elementwise/elementwise.h"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/fastdiv.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
@@ -36,15 +37,23 @@ namespace sgl_kernel::elementwise {
 namespace {
 
 constexpr int kWarpSize = 32;
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / kWarpSize;
+// Threads per block. NOTE (H200, benchmark/elementwise/tune_rope.cu "prod b128" / "prod b256",
+// NeoX, no PDL, us at T = 1 / 16 / 128 / 1024 / 4096 / 16384 / 32768): 128 threads 1.72 /
+// 1.87 / 2.35 / 7.78 / 24.07 / 85.31 / 165.8, 256 threads 1.95 / 2.06 / 2.54 / 7.92 / 24.73 /
+// 87.16 / 168.6 (before the lean in-place path; GPT-J alike). Fewer warps a block spread a
+// decode call over more SMs; no shape was faster with 256.
+constexpr int kBlock = 128;
 constexpr int kUnitElems = 16;  // two 16-byte vectors of fp16/bf16
 // Heads a lane loads before it computes: 2 * kBatch 16-byte loads in flight per lane (ptxas
-// 13.0, sm_90a: 74-80 registers).
+// 13.0, sm_90a, __launch_bounds__(kBlock, 1): 92-96 registers in place, 110-114 general).
 constexpr int kBatch = 4;
-// Warps to aim for when there are few tokens (a token then gets several warps): about four
-// waves of 132 SMs x 16 warps. Not yet tuned on a GPU.
-constexpr int64_t kTargetWarps = 8192;
+// Warps to aim for when there are few tokens (a token then gets several warps). NOTE (H200,
+// tune_rope.cu "prod sN": N heads a lane, NeoX, no PDL, us at T = 128 / 256 / 512 / 1024 /
+// 2048): s1 2.08 / 2.43 / 3.93 / 7.86 / 14.37, s2 2.15 / 2.51 / 3.17 / 7.64 / 13.06, s4 2.38 /
+// 2.59 / 3.42 / 7.58 / 13.41. 2560 takes s1 to 256 tokens, s2 at 512, s4 from 1024 (the cap,
+// kBatch); the 8192 of before (set when the heads still moved in 4-byte pieces) kept s1 to 512
+// tokens.
+constexpr int64_t kTargetWarps = 2560;
 // Many tokens: see launch_rope.
 constexpr int64_t kLongTokens = 16384;
 constexpr int kLongSteps = 8;
@@ -62,6 +71,10 @@ struct RopeLayout {
   int total_heads;  // num_q_heads + num_k_heads (+ num_v_heads with the KV write)
   bool q_pass;      // q_rope is not q: copy the pass units of q
   bool k_pass;      // k_rope is not k: copy the pass units of k
+  // Divisions by units and chunks, set by set_grid: on the critical path of a decode call
+  // (one warp of a few hundred instructions an SM), the integer divisions they replace cost
+  // about 40 instructions with two MUFU.RCP round trips before the position load.
+  FastDivmod by_units, by_chunks;
 };
 
 // Two fp16/bf16 elements, converted to and from fp32 with one instruction each way.
@@ -118,6 +131,12 @@ __device__ __forceinline__ void store_at(T* row, int e, const V<T>& x) {
   store16(reinterpret_cast<typename Pair<T>::type*>(row + e), x);
 }
 
+// Four cos/sin values through the read-only data path (ld.global.nc: the cache is an input no
+// thread writes). NOTE (H200, benchmark/elementwise/tune_rope.cu "w4" against "w4 csnc", us at
+// T=1 / 16 / 128, NeoX without PDL, measured while the heads still moved in 4-byte pieces):
+// 1.59 / 1.68 / 2.44 with plain loads, 1.59 / 1.68 / 2.36.
+__device__ __forceinline__ float4 load_cs4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+
 // The cos/sin values of a lane (c[e], s[e]: frequency of x0's pair e for NeoX; GPT-J:
 // c[0..3] for the pairs of x0, c[4..7] for those of x1), left unset where not rotary.
 template <bool kInterleave>
@@ -125,22 +144,16 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
                                              float (&c)[8], float (&s)[8]) {
   // NeoX: a = 8u, b = 8u + 4 (one rotary flag); GPT-J: a = 4 * (vector of x0), b = 4 * (vector of x1).
   if (rot0) {
-    const Vec<float, 4> c0 = load_vec<Vec<float, 4>>(row + a);
-    const Vec<float, 4> s0 = load_vec<Vec<float, 4>>(row + rot_half + a);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      c[e] = c0[e];
-      s[e] = s0[e];
-    }
+    const float4 c0 = load_cs4(row + a);
+    const float4 s0 = load_cs4(row + rot_half + a);
+    c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w;
+    s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w;
   }
   if (rot1) {
-    const Vec<float, 4> c1 = load_vec<Vec<float, 4>>(row + b);
-    const Vec<float, 4> s1 = load_vec<Vec<float, 4>>(row + rot_half + b);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      c[e + 4] = c1[e];
-      s[e + 4] = s1[e];
-    }
+    const float4 c1 = load_cs4(row + b);
+    const float4 s1 = load_cs4(row + rot_half + b);
+    c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
+    s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
   }
 }
 
@@ -148,31 +161,28 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // read and then written by the same thread, so in place is safe.
 //
 // kGeneral = false: the wrapper's call without the KV write (q_rope == q, k_rope == k, no
-// v): every lane unit is rotary (units == rot_units) and the pass / KV branches compile out.
-// Measured on an H100 in a CUDA graph (benchmark/elementwise/tune_rope.cu, 32 q / 8 k heads,
-// D = R = 128, PDL on): T = 1/16/128 1.82/1.93/2.39 us with every branch kept and 64-bit warp
-// arithmetic, 1.64/1.69/2.09 without (1.99/2.04/2.50 with PDL off, the wrapper's default).
+// v): every lane unit is rotary (units == rot_units), and a lean path without the pass / KV
+// branches runs. Measured on an H100 in a CUDA graph (benchmark/elementwise/tune_rope.cu, 32 q
+// / 8 k heads, D = R = 128, PDL on): T = 1/16/128 1.82/1.93/2.39 us with every branch kept and
+// 64-bit warp arithmetic, 1.64/1.69/2.09 without (1.99/2.04/2.50 with PDL off, the wrapper's
+// default); session 15 (H200) took it further, see the notes in the lean path and RopePlan.
 // Below kLongTokens tokens the launcher caps steps at kBatch and the loop over batches below
 // runs once; from there on a warp may take up to kLongSteps heads in several batches.
 // kKeep: the heads are loaded under an L2 evict_last policy (launch_rope: many tokens).
 template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep>
-__global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
+__global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
   constexpr LoadPolicy kLoad = kKeep ? LoadPolicy::kKeepL2 : LoadPolicy::kDefault;
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");
   SGL_PDL_WAIT();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   // 32-bit: the launcher keeps nnz * chunks below 2^32.
-  const uint32_t warp = blockIdx.x * kWarps + threadIdx.x / kWarpSize;
-  const uint32_t token32 = warp / static_cast<uint32_t>(l.chunks);
-  const int chunk = static_cast<int>(warp - token32 * static_cast<uint32_t>(l.chunks));
+  const uint32_t warp = blockIdx.x * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  uint32_t token32, chunk32, slot32, u32;
+  l.by_chunks.divmod(warp, token32, chunk32);
+  l.by_units.divmod(static_cast<uint32_t>(lane), slot32, u32);
   const int64_t token = token32;
-  const int u = lane % l.units;
-  const int slot = lane / l.units;
+  const int chunk = static_cast<int>(chunk32), u = static_cast<int>(u32), slot = static_cast<int>(slot32);
   if (token >= p.nnz || slot >= l.slots) return;
-
-  // API.md 1.4: a position outside the cache skips the token (nothing written).
-  const int64_t pos = static_cast<int64_t>(static_cast<const TPos*>(p.pos_ids)[token]);
-  if (pos < 0 || pos >= p.max_pos) return;
 
   const int rot_half = p.rotary_dim / 2;
   // x0 / x1 element offsets in a head and whether each is rotary. NeoX: the unit's two halves
@@ -190,13 +200,70 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
     off0 = rot0 ? 8 * u : kUnitElems * u;
     off1 = rot0 ? rot_half + 8 * u : kUnitElems * u + 8;
   }
+  // The token's position and the lane's cos/sin values; false: API.md 1.4, a position outside
+  // the cache skips the token (nothing written).
   float c[8], s[8];
-  const float* cs_row = p.cos_sin_cache + pos * p.rotary_dim;  // [R/2 cos | R/2 sin]
-  if constexpr (kInterleave) {
-    load_cos_sin<true>(cs_row, rot_half, off0 / 2, off1 / 2, rot0, rot1, c, s);
-  } else {
-    load_cos_sin<false>(cs_row, rot_half, 8 * u, 8 * u + 4, rot0, rot0, c, s);
+  auto load_position = [&]() -> bool {
+    const int64_t pos = static_cast<int64_t>(static_cast<const TPos*>(p.pos_ids)[token]);
+    if (pos < 0 || pos >= p.max_pos) return false;
+    const float* cs_row = p.cos_sin_cache + pos * p.rotary_dim;  // [R/2 cos | R/2 sin]
+    if constexpr (kInterleave) {
+      load_cos_sin<true>(cs_row, rot_half, off0 / 2, off1 / 2, rot0, rot1, c, s);
+    } else {
+      load_cos_sin<false>(cs_row, rot_half, 8 * u, 8 * u + 4, rot0, rot0, c, s);
+    }
+    return true;
+  };
+  const int hq = p.num_q_heads;
+  const int first_step = chunk * l.steps;
+
+  if constexpr (!kGeneral) {
+    // In place, every unit rotary: head h of the token is read and written at one address, and
+    // a lane's only condition is whether its head exists (the general path's per-head source
+    // selection and null checks are gone; on their own they were worth 0.01-0.06 us).
+    auto head = [&](int h) -> T* {  // q_rope / k_rope: q / k themselves here
+      return h < hq ? p.q_rope + token * p.q_rope_stride_n + h * p.q_rope_stride_h
+                    : p.k_rope + token * p.k_rope_stride_n + (h - hq) * p.k_rope_stride_h;
+    };
+    for (int i0 = 0; i0 < l.steps; i0 += kBatch) {
+      // The position and cos/sin are loaded in the loop, again for each batch (from kLongTokens
+      // tokens a warp may take two): so placed, ptxas computes the head addresses before the
+      // position load instead of after its check. NOTE (H200, benchmark/elementwise/
+      // tune_rope.cu "lean ...", NeoX, no PDL, us at T = 1 / 16 / 128 / 2048): 1.69 / 1.84 /
+      // 2.09 / 13.41 loaded once before the loop, 1.49 / 1.62 / 1.95 / 13.09 in it,
+      // 1.50 / 1.59 / 1.96 / 12.84 in it with __launch_bounds__(kBlock, 1) (shipped). The
+      // heads loaded before the position check read 1.53 / 1.65 / 2.00 / 12.84.
+      if (!load_position()) return;
+      V<T> x0[kBatch], x1[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int h = (first_step + i0 + b) * l.slots + slot;
+        if (i0 + b < l.steps && h < l.total_heads) {
+          const T* src = head(h);
+          x0[b] = load_at<kLoad>(src, off0);
+          x1[b] = load_at<kLoad>(src, off1);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int h = (first_step + i0 + b) * l.slots + slot;
+        if (i0 + b < l.steps && h < l.total_heads) {
+          if constexpr (kInterleave) {
+            rotate_pairs<T>(x0[b], c, s, 0);
+            rotate_pairs<T>(x1[b], c, s, 4);
+          } else {
+            rotate_halves<T>(x0[b], x1[b], c, s);
+          }
+          T* dst = head(h);
+          store_at(dst, off0, x0[b]);
+          store_at(dst, off1, x1[b]);
+        }
+      }
+    }
+    SGL_PDL_LAUNCH_DEPENDENTS();
+    return;
   }
+
   // rot0 is true whenever rot1 is: "the lane rotates something".
   const bool rot = rot0;
 
@@ -211,11 +278,10 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
   const bool q_pass = kGeneral && l.q_pass;
   const bool k_pass = kGeneral && l.k_pass;
 
-  const int hq = p.num_q_heads;
   const int hqk = hq + p.num_k_heads;
-  const int first_step = chunk * l.steps;
 
   for (int i0 = 0; i0 < l.steps; i0 += kBatch) {
+    if (!load_position()) return;  // in the loop, as the in-place path above
     V<T> x0[kBatch], x1[kBatch];
     bool active[kBatch];
 #pragma unroll
@@ -275,33 +341,52 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeParams<T> p, c
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
+// How launch_rope runs a call: the layout, the grid and the kernel instance.
+struct RopePlan {
+  RopeLayout l;
+  uint32_t grid;  // blocks of kBlock threads
+  bool general;   // rope_kernel's kGeneral
+  bool keep;      // rope_kernel's kKeep
+};
+
 template <typename T, bool kInterleave, typename TPos, bool kKeep>
-cudaError_t launch_typed(const RopeParams<T>& p, const RopeLayout& l, bool general, uint32_t blocks,
-                         cudaStream_t stream) {
-  return general ? launch_kernel(rope_kernel<T, kInterleave, TPos, true, kKeep>, dim3(blocks), dim3(kThreads), 0,
-                                 stream, p.enable_pdl, p, l)
-                 : launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep>, dim3(blocks), dim3(kThreads), 0,
-                                 stream, p.enable_pdl, p, l);
+cudaError_t launch_planned(const RopeParams<T>& p, const RopePlan& plan, cudaStream_t stream) {
+  return plan.general ? launch_kernel(rope_kernel<T, kInterleave, TPos, true, kKeep>, dim3(plan.grid), dim3(kBlock),
+                                      0, stream, p.enable_pdl, p, plan.l)
+                      : launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep>, dim3(plan.grid), dim3(kBlock),
+                                      0, stream, p.enable_pdl, p, plan.l);
 }
 
 template <typename T, bool kInterleave, typename TPos>
-cudaError_t launch_typed(const RopeParams<T>& p, const RopeLayout& l, bool general, bool keep, uint32_t blocks,
-                         cudaStream_t stream) {
-  return keep ? launch_typed<T, kInterleave, TPos, true>(p, l, general, blocks, stream)
-              : launch_typed<T, kInterleave, TPos, false>(p, l, general, blocks, stream);
+cudaError_t launch_planned(const RopeParams<T>& p, const RopePlan& plan, cudaStream_t stream) {
+  return plan.keep ? launch_planned<T, kInterleave, TPos, true>(p, plan, stream)
+                   : launch_planned<T, kInterleave, TPos, false>(p, plan, stream);
 }
 
-}  // namespace
+// Sets the grid and the layout's divisors from plan.l.chunks (call it again after changing the
+// steps); false when the grid's warp index would not fit 32 bits.
+bool set_grid(RopePlan& plan, int64_t nnz) {
+  // The kernel's warp index is 32-bit: 2^32 warps would be 4e9 tokens at one warp each.
+  const int64_t warps = nnz * plan.l.chunks;
+  constexpr int kBlockWarps = kBlock / kWarpSize;
+  if (warps + kBlockWarps > int64_t{0xffffffff}) return false;
+  plan.grid = static_cast<uint32_t>(ceil_div<int64_t>(warps, kBlockWarps));
+  plan.l.by_units = FastDivmod(static_cast<uint32_t>(plan.l.units));
+  plan.l.by_chunks = FastDivmod(static_cast<uint32_t>(plan.l.chunks));
+  return true;
+}
 
+// The layout, grid and kernel instance of a call. cudaSuccess with plan.grid == 0: nothing to do.
 template <typename T>
-cudaError_t launch_rope(const RopeParams<T>& p, cudaStream_t stream) {
+cudaError_t plan_rope(const RopeParams<T>& p, RopePlan& plan) {
+  plan = RopePlan{};
   const int d = p.head_size, r = p.rotary_dim;
   if (d % kUnitElems != 0 || d < kUnitElems || d > kWarpSize * kUnitElems || r % kUnitElems != 0 ||
       r < kUnitElems || r > d || p.nnz < 0) {
     return cudaErrorInvalidValue;
   }
   const bool fused = p.v != nullptr;
-  RopeLayout l{};
+  RopeLayout& l = plan.l;
   // In place (the wrapper's call): the pass units of q and k are left alone.
   l.q_pass = !(p.q_rope == p.q && p.q_rope_stride_n == p.q_stride_n && p.q_rope_stride_h == p.q_stride_h);
   l.k_pass = !(p.k_rope == p.k && p.k_rope_stride_n == p.k_stride_n && p.k_rope_stride_h == p.k_stride_h);
@@ -328,11 +413,7 @@ cudaError_t launch_rope(const RopeParams<T>& p, cudaStream_t stream) {
     l.steps = std::min(kBatch, ceil_div(all_steps, static_cast<int>(want)));
   }
   l.chunks = ceil_div(all_steps, l.steps);
-  // The kernel's warp index is 32-bit: 2^32 warps would be 4e9 tokens at one warp each.
-  const int64_t warps = p.nnz * l.chunks;
-  if (warps + kWarps > int64_t{0xffffffff}) return cudaErrorInvalidConfiguration;
-  const auto grid = static_cast<uint32_t>(ceil_div<int64_t>(warps, kWarps));
-  const bool general = l.q_pass || l.k_pass || fused;
+  plan.general = l.q_pass || l.k_pass || fused;
   // The heads under an L2 evict_last policy from kKeepTokens tokens, heads of 128 or more.
   // NOTE (H200, bench_rope.py --no-compile, one machine, alternated twice, us, plain loads ->
   // evict_last everywhere): NeoX 32 q / 8 k heads, D = R = 128, T = 1024 / 4096 / 32768
@@ -341,12 +422,28 @@ cudaError_t launch_rope(const RopeParams<T>& p, cudaStream_t stream) {
   // but D = 64 T = 4096 18.84 -> 19.77, and the decode rows slower at T = 1 / 16 (NeoX 1.91 /
   // 2.26 -> 2.13 / 2.42; with PDL 1.61 -> 1.87 at T = 1).
   const bool keep = p.nnz >= kKeepTokens && d >= 128;
+  plan.keep = keep;
+  return set_grid(plan, p.nnz) ? cudaSuccess : cudaErrorInvalidConfiguration;
+}
+
+template <typename T>
+cudaError_t launch_plan(const RopeParams<T>& p, const RopePlan& plan, cudaStream_t stream) {
+  if (plan.grid == 0) return cudaSuccess;
   if (p.interleave) {
-    return p.pos_ids_int64 ? launch_typed<T, true, int64_t>(p, l, general, keep, grid, stream)
-                           : launch_typed<T, true, int32_t>(p, l, general, keep, grid, stream);
+    return p.pos_ids_int64 ? launch_planned<T, true, int64_t>(p, plan, stream)
+                           : launch_planned<T, true, int32_t>(p, plan, stream);
   }
-  return p.pos_ids_int64 ? launch_typed<T, false, int64_t>(p, l, general, keep, grid, stream)
-                         : launch_typed<T, false, int32_t>(p, l, general, keep, grid, stream);
+  return p.pos_ids_int64 ? launch_planned<T, false, int64_t>(p, plan, stream)
+                         : launch_planned<T, false, int32_t>(p, plan, stream);
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_rope(const RopeParams<T>& p, cudaStream_t stream) {
+  RopePlan plan;
+  const cudaError_t e = plan_rope(p, plan);
+  return e != cudaSuccess ? e : launch_plan(p, plan, stream);
 }
 
 template cudaError_t launch_rope<half>(const RopeParams<half>&, cudaStream_t);
