@@ -288,6 +288,83 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
   }
 }
 
+// Exact-row kernel (many rows): the two-pass kernel's work on a row of exactly kChunks * kThreads
+// 16-byte vectors, one row a block, with every load of each pass issued before any use and no
+// bounds checks. kRegs: pass 2 takes the row from pass 1's registers; else it re-reads the
+// elements the thread itself read (fused: stored) in pass 1, so out may be input. kFlat: rows
+// packed back to back (input, residual and out with pitch hidden) and addressed with 32-bit
+// offsets (the launcher checks rows * hidden < 2^31), else through row_offset.
+// NOTE (H200, plain op, bf16 H=6144, .bundle/ab_env.py: the bench's CUDA-graph timing, us at
+// T=16384 / 32768, one machine, two alternations): the two-pass kernel t256 u3 re-reading under
+// L1 + L2 hints 99.65 / 197.08; this kernel with the same loads 96.76 / 191.24 (row_offset) and
+// 96.10 / 190.00 (kFlat); the shipped t256 u3 kRegs two-pass kernel 98.12 / 194.32;
+// torch.compile 97.71 / 192.22. The bounds checks and the runtime chunk loop cost 3 %.
+template <typename T, int kThreads, int kChunks, bool kFused, bool kGemma, int kHint, bool kRegs, bool kFlat>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_exact_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
+  constexpr int kVec = kVec16<T>;
+  constexpr LoadPolicy kFirst = twopass_policy(kHint, 0), kAgain = twopass_policy(kHint, 1),
+                       kWeight = twopass_policy(kHint, 2), kInput = kFused ? twopass_policy(kHint, 3) : kFirst;
+  __shared__ float scratch[32];
+  const T* in;
+  T* res = nullptr;
+  T* out;
+  if constexpr (kFlat) {
+    const uint32_t base = blockIdx.x * static_cast<uint32_t>(p.hidden);
+    in = p.input + base;
+    out = p.out + base;
+    if constexpr (kFused) res = p.residual + base;
+  } else {
+    uint32_t outer, inner;
+    rows_inner.divmod(blockIdx.x, outer, inner);
+    in = p.input + row_offset(p.input_rows, outer, inner);
+    out = p.out + row_offset(p.out_rows, outer, inner);
+    if constexpr (kFused) res = p.residual + row_offset(p.residual_rows, outer, inner);
+  }
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  const int t = static_cast<int>(threadIdx.x);
+  Word4 x[kChunks], r[kFused ? kChunks : 1];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    x[c] = load_vec<Word4, kInput>(in + (c * kThreads + t) * kVec);
+    if constexpr (kFused) r[c] = load_vec<Word4, kFirst>(res + (c * kThreads + t) * kVec);
+  }
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    sum_sq = add_sum_sq<T, kFused>(x[c], r[kFused ? c : 0], sum_sq);
+    if constexpr (kFused) *reinterpret_cast<Word4*>(res + (c * kThreads + t) * kVec) = x[c];
+  }
+  sum_sq = row_group_sum(sum_sq, kThreads, scratch);
+  const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
+  const T* src = kFused ? res : in;
+  Word4 w[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    if constexpr (!kRegs) x[c] = load_vec<Word4, kAgain>(src + (c * kThreads + t) * kVec);
+    w[c] = load_vec<Word4, kWeight>(p.weight + (c * kThreads + t) * kVec);
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    *reinterpret_cast<Word4*>(out + (c * kThreads + t) * kVec) = scale_vec<T, kGemma>(x[c], w[c], scale);
+  }
+}
+
+// rmsnorm_exact_kernel for rows of exactly kThreads * kChunks vectors (the caller checks hv),
+// kFlat where the rows allow it.
+template <typename T, int kThreads, int kChunks, bool kFused, bool kGemma, int kHint, bool kRegs>
+cudaError_t launch_exact(const RmsNormParams<T>& p, const FastDivmod& rows_inner, cudaStream_t stream) {
+  const bool flat = p.rows_inner >= p.rows && p.input_rows.inner == p.hidden && p.out_rows.inner == p.hidden &&
+                    (!kFused || p.residual_rows.inner == p.hidden) && p.rows * p.hidden < (int64_t{1} << 31);
+  const dim3 grid(static_cast<uint32_t>(p.rows));
+  return flat ? launch_kernel(rmsnorm_exact_kernel<T, kThreads, kChunks, kFused, kGemma, kHint, kRegs, true>, grid,
+                              dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner)
+              : launch_kernel(rmsnorm_exact_kernel<T, kThreads, kChunks, kFused, kGemma, kHint, kRegs, false>, grid,
+                              dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner);
+}
+
 template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false>
 cudaError_t launch_twopass(const RmsNormParams<T>& p, const FastDivmod& rows_inner, cudaStream_t stream) {
   return launch_kernel(rmsnorm_twopass_kernel<T, kThreads, kUnroll, kFused, kGemma, kHint, kRegs>,
@@ -343,6 +420,15 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // iteration (t256 u1, t512 u1) 246-270 us at T=32768: a lane needs its loads in flight at
 // once. At 640 vectors (bf16 H=5120) no shape beat the vector kernel (6 a lane, 128 threads,
 // plain loads: 171.0-172.9 at T=32768, 91-92 % of copy; torch.compile 174.1-176.0).
+// Session 15 (H200, the same timing, T=32768, one machine, two alternations, us): the
+// exact-row kernel (rmsnorm_exact_kernel: no bounds checks, no chunk loop) at 768 vectors,
+// t256 c3 kRegs h1 188.8 / 188.9 against 196.3 / 193.1 for the two-pass kernel of the same
+// shape and 191.3 / 191.9 for torch.compile (re-reading under h3: 193.5 / 189.1; another
+// machine 190.0 against torch.compile 192.2); at 640 vectors, t128 c5 re-reading under h3
+// 166.9 / 166.9 against 171.1 / 171.1 for the vector kernel and 173.7 / 174.6 for
+// torch.compile (kRegs h1 167.4 / 167.6). No gain at 512, 896 or 1024 vectors (H=4096: 139.0
+// at best against 125.9 for the vector kernel; H=7168, 8192: within 0.3 %), which keep the
+// vector kernel. Shipped: the exact-row kernel at 640 (t128 c5 h3) and 768 (t256 c3 kRegs h1).
 constexpr int kTwoPassPlainHint = 1;
 constexpr int64_t kKeepRows = 16384;
 
@@ -366,10 +452,12 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   // The plain op from 16384 rows of 512 vectors or more: 8 vectors a lane, the row loaded under
   // an L2 evict_last policy (kKeepRows' NOTE). The fused op takes the two-pass kernel there.
   if constexpr (!kFused) {
-    // 768 vectors (bf16 H=6144): the two-pass kernel's one chunk of 3 vectors a thread instead
-    // (kKeepRows' NOTE).
+    // 640 and 768 vectors (bf16 H=5120, 6144): the exact-row kernel instead (kKeepRows' NOTE).
+    if (p.rows >= kKeepRows && hv == 640) {
+      return launch_exact<T, 128, 5, false, kGemma, 3, false>(p, rows_inner, stream);
+    }
     if (p.rows >= kKeepRows && hv == 768) {
-      return launch_twopass<T, 256, 3, kFused, kGemma, kTwoPassPlainHint, true>(p, rows_inner, stream);
+      return launch_exact<T, 256, 3, false, kGemma, kTwoPassPlainHint, true>(p, rows_inner, stream);
     }
     if (p.rows >= kKeepRows && hv >= 512) {
       const int tpr = row_group_threads(hv, 8, 1, vec_max_threads(8));
@@ -443,6 +531,12 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 // t1024 u1 re-reading chunks. The plain op's vector kernel stays at these lengths: the one-chunk
 // kernel (one load a thread) reached 60-70 % of copy at H=5120-7168, where the vector kernel
 // reads 92 % (H=5120), 94-96 % (6144) and 101 % (7168).
+// Session 15 (H200, the same timing, T=32768, one machine, two alternations, us): the
+// exact-row kernel (rmsnorm_exact_kernel) in place of the two-pass kernel of the same shape:
+// 1024 vectors (H=8192), t1024 c1 kRegs h1 500.7 / 500.3 against 505.7 / 507.7 (re-reading,
+// h3 hints: 500.1-500.9); 512 (H=4096), t256 c2 kRegs h1 252.3 / 251.3, re-reading 259.1 /
+// 259.4 against 250.3 / 250.4 for t256 u2 re-reading (T=16384: 126.6 against 126.4); 768
+// (H=6144) 376.0-376.8 for every form against 376.4 / 376.5. Shipped at 1024 only.
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
@@ -460,7 +554,8 @@ cudaError_t launch_twopass_for(const RmsNormParams<T>& p, const FastDivmod& rows
     case 640: return launch_twopass<T, 640, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
     case 768: return launch_twopass<T, 256, 3, true, kGemma, kHint, true>(p, rows_inner, stream);
     case 896: return launch_twopass<T, 896, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
-    case 1024: return launch_twopass<T, 1024, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
+    // The exact-row kernel of the same shape (its NOTE: kTwoPassRows'):
+    case 1024: return launch_exact<T, 1024, 1, true, kGemma, kHint, true>(p, rows_inner, stream);
     default: break;
   }
   if (hv >= 2048 && hv % 1024 == 0) return launch_twopass<T, 1024, 1, true, kGemma, kHint>(p, rows_inner, stream);

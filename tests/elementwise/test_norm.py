@@ -185,14 +185,28 @@ def test_kernel_shapes(op, dtype, shape, gen):
 
 
 @GPU
+@pytest.mark.parametrize("op", PLAIN_OPS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(19, 4096), (16400, 4096), (16384, 5120), (16384, 6144), (16384, 8192)], ids=_ids)
+def test_out_is_input(op, dtype, shape, gen):
+    """out = input: every kernel reads each element before it writes it, and the exact-row
+    kernel's re-read (H=5120 from 16384 rows) reads only what its own thread has not yet
+    written, so the plain ops may normalise in place."""
+    x, w, _ = make_args(op, shape, dtype, gen)
+    run_and_check(op, x, w, x)
+
+
+@GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
-@pytest.mark.parametrize("rows, hidden", [(16400, 4096), (16400, 8192)], ids=["16400x4096", "16400x8192"])
+@pytest.mark.parametrize("rows, hidden", [(16400, 4096), (16400, 5120), (16400, 6144), (16400, 8192)],
+                         ids=["16400x4096", "16400x5120", "16400x6144", "16400x8192"])
 def test_many_rows_strided(op, dtype, rows, hidden, gen):
     """The many-row kernels (the fused ops' two-pass kernel, the plain ops' vector kernel with
-    L2 evict_last loads) on rows addressed with two levels of strides ([2, rows / 2, H] views of
-    a [2, rows / 2 + 1, H + 8] base, as the 3d_split layout), input and the other tensor both
-    strided; nothing outside the views may change."""
+    L2 evict_last loads, the exact-row kernel at H=5120 / 6144 (plain) and 8192 (fused), here
+    through row_offset instead of its packed-row form) on rows addressed with two levels of
+    strides ([2, rows / 2, H] views of a [2, rows / 2 + 1, H + 8] base, as the 3d_split
+    layout), input and the other tensor both strided; nothing outside the views may change."""
     half = rows // 2
     views, guards = [], []
     for fill in ("randn", "randn" if _is_fused(op) else "nan"):
