@@ -8,6 +8,7 @@ on the same shape (CUDA events, rotating among enough input sets to defeat the L
     python3 tools/dump_inductor_kernel.py silu_and_mul 32768 14336
     python3 tools/dump_inductor_kernel.py rmsnorm 32768 8192 --time
     python3 tools/dump_inductor_kernel.py fused_add_rmsnorm 32768 4096 --time
+    python3 tools/dump_inductor_kernel.py rmsnorm 32768 6144 --save /tmp/inductor  # then nvdisasm the .cubin
 
 Ops: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul (T, d) and the RMSNorm family of
 tests/elementwise/ref_norm.py (T, H); bf16.
@@ -110,6 +111,8 @@ def main() -> None:
     ap.add_argument("t", type=int)
     ap.add_argument("d", type=int)
     ap.add_argument("--time", action="store_true", help="time torch.compile and sgl_kernel on this shape")
+    ap.add_argument("--save", metavar="DIR",
+                    help="copy the cubin and PTX of every compiled Triton kernel into DIR, to disassemble")
     a = ap.parse_args()
     ref, make_args, ours, nbytes = make(a.op, a.t, a.d)
     fn = torch.compile(ref, dynamic=False, fullgraph=True)
@@ -141,6 +144,16 @@ def main() -> None:
         for line in ptx.splitlines():
             if re.search(r"\b(ld|st)\.global|\.maxntid|\.reqntid|div|mul\.hi|bar\.sync|shfl", line):
                 print("   ", line.strip())
+    if a.save:
+        import shutil
+
+        os.makedirs(a.save, exist_ok=True)
+        for path in glob.glob(os.path.join(cache, "triton", "**", "*.*"), recursive=True):
+            if path.endswith((".cubin", ".ptx")):
+                # The cache directory is a hash: keep it in the name, kernels of two configs share a name.
+                tag = os.path.basename(os.path.dirname(path))[:8]
+                shutil.copy(path, os.path.join(a.save, f"{tag}_{os.path.basename(path)}"))
+        print(f"--- Triton cubin and PTX copied to {a.save}")
     if a.time:
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         per_set = sum(x.numel() * x.element_size() for x in first)

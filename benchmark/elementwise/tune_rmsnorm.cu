@@ -44,6 +44,12 @@
 // right after the wait; "rtchk" = bounds checks kept although the row fits exactly.
 // "2p tN uU hK" = norm.cu's rmsnorm_twopass_kernel (torch.compile's looped-reduction shape): N
 // threads a row, U vectors a thread a chunk, K = its cache-hint mode (see there).
+// "ind tN cC xB" (plain op only, rows of exactly C chunks) = torch.compile's kernel for bf16
+// H=6144 rewritten in CUDA from its SASS (tools/dump_inductor_kernel.py --save): N threads a
+// row, C chunks, B-byte words, L1 + L2 evict_last first reads, evict_first re-reads; "pdl" adds
+// production's PDL wait and trigger. Its 16-byte form led to norm.cu's rmsnorm_exact_kernel
+// (session 15: t256 c3 16B 96.6-96.8 / 191.6-192.0 us at T=16384 / 32768 against 97.3 / 192.7
+// for production then; the 8-byte form, torch.compile's own shape, 98.5 / 194.0).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -476,6 +482,119 @@ cudaError_t run_twopass(const P& p, cudaStream_t stream) {
   return launch_twopass<T, kThreads, kUnroll, kFused, false, kHint>(p, rows_inner, stream);
 }
 
+// A replica of torch.compile's kernel for the plain op at bf16 H=6144 (Inductor's
+// triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0 autotuned to XBLOCK 1, R0_BLOCK 2048,
+// 16 warps; its SASS from tools/dump_inductor_kernel.py --save): one row per block of 512
+// threads, 32-bit offsets, every thread kBytes-byte words; pass 1 loads all kChunks chunks
+// (L1 + L2 evict_last) before it sums, a warp-shuffle / shared-memory / shuffle reduction with
+// two barriers, pass 2 re-reads each word (L1 + L2 evict_first) with its weight word (L1 + L2
+// evict_last) and stores it. kPdl: production's PDL wait / early trigger added.
+template <int kBytes>
+struct IndWord;
+template <>
+struct IndWord<8> {
+  uint32_t w[2];
+};
+template <>
+struct IndWord<16> {
+  uint32_t w[4];
+};
+
+template <int kBytes, bool kKeep>
+__device__ __forceinline__ IndWord<kBytes> ind_load(const T* p, uint64_t pol) {
+  IndWord<kBytes> r;
+  if constexpr (kBytes == 8) {
+    if constexpr (kKeep) {
+      asm volatile("ld.global.L1::evict_last.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+                   : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p), "l"(pol));
+    } else {
+      asm volatile("ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+                   : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p), "l"(pol));
+    }
+  } else {
+    if constexpr (kKeep) {
+      asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3]) : "l"(p), "l"(pol));
+    } else {
+      asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3]) : "l"(p), "l"(pol));
+    }
+  }
+  return r;
+}
+
+__device__ __forceinline__ float ind_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float ind_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+template <int kThreads, int kChunks, int kBytes, bool kPdl>
+__global__ void __launch_bounds__(kThreads) ind_kernel(const T* __restrict__ in, const T* __restrict__ weight,
+                                                      T* __restrict__ out, int hidden, float eps) {
+  constexpr int kElems = kBytes / 2;
+  constexpr int kChunk = kThreads * kElems;
+  __shared__ float red[kThreads / 32];
+  if constexpr (kPdl) {
+    SGL_PDL_WAIT();
+    SGL_PDL_LAUNCH_DEPENDENTS();
+  }
+  uint64_t keep, drop;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
+  const int row = static_cast<int>(blockIdx.x) * hidden;
+  const int col = static_cast<int>(threadIdx.x) * kElems;
+  IndWord<kBytes> x[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) x[c] = ind_load<kBytes, true>(in + row + c * kChunk + col, keep);
+  float acc = 0.f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int k = 0; k < kBytes / 4; ++k) {
+      const float a = ind_lo(x[c].w[k]), b = ind_hi(x[c].w[k]);
+      acc = fmaf(a, a, acc);
+      acc = fmaf(b, b, acc);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  if (lane == 0) red[warp] = acc;
+  __syncthreads();
+  float v = lane < kThreads / 32 ? red[lane] : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const float r = rsqrtf(v / static_cast<float>(hidden) + eps);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const IndWord<kBytes> a = ind_load<kBytes, false>(in + row + c * kChunk + col, drop);
+    const IndWord<kBytes> w = ind_load<kBytes, true>(weight + c * kChunk + col, keep);
+    IndWord<kBytes> o;
+#pragma unroll
+    for (int k = 0; k < kBytes / 4; ++k) {
+      const __nv_bfloat162 y = __floats2bfloat162_rn(ind_lo(a.w[k]) * r * ind_lo(w.w[k]),
+                                                     ind_hi(a.w[k]) * r * ind_hi(w.w[k]));
+      o.w[k] = *reinterpret_cast<const uint32_t*>(&y);
+    }
+    *reinterpret_cast<IndWord<kBytes>*>(out + row + c * kChunk + col) = o;
+  }
+}
+
+// Plain op only, rows whose length is exactly kChunks chunks.
+template <int kThreads, int kChunks, int kBytes, bool kPdl>
+cudaError_t run_ind(const P& p, cudaStream_t stream) {
+  if (p.hidden != int64_t{kChunks} * kThreads * (kBytes / 2) || p.rows * p.hidden > 0x7fffffff ||
+      p.rows_inner < p.rows || p.input_rows.inner != p.hidden || p.out_rows.inner != p.hidden) {
+    return cudaErrorNotSupported;
+  }
+  return launch_kernel(ind_kernel<kThreads, kChunks, kBytes, kPdl>, dim3(static_cast<uint32_t>(p.rows)),
+                       dim3(kThreads), 0, stream, p.enable_pdl && kPdl, p.input, p.weight, p.out,
+                       static_cast<int>(p.hidden), p.eps);
+}
+
+cudaError_t run_unsupported(const P&, cudaStream_t) { return cudaErrorNotSupported; }
+
+#define IND(NAME, THREADS, CHUNKS, BYTES, PDL, WHY) \
+  Variant { NAME, run_ind<THREADS, CHUNKS, BYTES, PDL>, run_unsupported, WHY }
+
 #define TWOPASS(NAME, THREADS, UNROLL, HINT, WHY)                                                     \
   Variant {                                                                                        \
     NAME, run_twopass<THREADS, UNROLL, HINT, false>, run_twopass<THREADS, UNROLL, HINT, true>, WHY \
@@ -582,6 +701,14 @@ const std::vector<Variant>& variants() {
       TWOPASS("2p t512 u2 h4", 512, 2, 4, "two passes, 512 threads a row, 2 vector(s) a thread a chunk, L1 priorities only"),
       TWOPASS("2p t1024 u1 h0", 1024, 1, 0, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, plain loads"),
       TWOPASS("2p t1024 u1 h4", 1024, 1, 4, "two passes, 1024 threads a row, 1 vector(s) a thread a chunk, L1 priorities only"),
+      IND("ind t512 c3 8B", 512, 3, 8, false, "torch.compile's kernel at H=6144 rewritten in CUDA (no PDL)"),
+      IND("ind t512 c3 8B pdl", 512, 3, 8, true, "as ind t512 c3 8B, with production's PDL wait and early trigger"),
+      IND("ind t256 c3 16B", 256, 3, 16, false, "as ind t512 c3 8B, 16-byte words, 256 threads"),
+      IND("ind t256 c3 16B pdl", 256, 3, 16, true, "as ind t256 c3 16B, with PDL"),
+      IND("ind t256 c6 8B", 256, 6, 8, false, "as ind t512 c3 8B, 256 threads, 6 chunks"),
+      IND("ind t1024 c3 8B", 1024, 3, 8, false, "as ind t512 c3 8B at H=12288 / the shape for 4096-element chunks"),
+      IND("ind t512 c2 8B", 512, 2, 8, false, "the replica at H=4096"),
+      IND("ind t512 c4 8B", 512, 4, 8, false, "the replica at H=8192"),
       TWOPASS("2p t256 u1 h3", 256, 1, 3, "two passes, 256 threads a row, 1 vector a thread a chunk, L1 + L2 priorities (the plain op's production shape)"),
   };
   return v;
