@@ -6,7 +6,7 @@
 // production's against an fp64 host reference.
 //
 //   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_rope benchmark/elementwise/tune_rope.cu
-//   /tmp/tune_rope [--T 1,16,128,4096,32768] [--only SUBSTR[,SUBSTR]]
+//   /tmp/tune_rope [--T 1,16,128,4096,32768] [--only SUBSTR[,SUBSTR]] [--randpos 1]
 //
 // Timing as benchmark/harness.py: median per-call time over R replays of a CUDA graph of N
 // back-to-back launches; a call whose bytes fit four times in L2 reuses one buffer set
@@ -364,11 +364,14 @@ int main(int argc, char** argv) {
   using namespace tune;
   std::vector<int64_t> Ts = {1, 16, 128, 4096, 32768};
   std::vector<std::string> only;
+  bool rand_pos = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--T") {
       Ts.clear();
       for (char* t = std::strtok(argv[i + 1], ","); t; t = std::strtok(nullptr, ",")) Ts.push_back(std::atoll(t));
+    } else if (a == "--randpos") {
+      rand_pos = std::atoi(argv[i + 1]) != 0;
     } else if (a == "--only") {
       for (char* t = std::strtok(argv[i + 1], ","); t; t = std::strtok(nullptr, ",")) only.emplace_back(t);
     }
@@ -532,7 +535,11 @@ int main(int argc, char** argv) {
     };
     for (auto& x : h_q) x = __float2bfloat16(rnd());
     for (auto& x : h_k) x = __float2bfloat16(rnd());
-    for (int64_t t = 0; t < Tn; ++t) h_pos[t] = t + 7;  // the nopos diagnostic assumes this
+    // The nopos diagnostic assumes t + 7; --randpos 1: random positions below 4096, as
+    // bench_rope.py draws them.
+    for (int64_t t = 0; t < Tn; ++t) {
+      h_pos[t] = rand_pos ? static_cast<int64_t>((rnd() + 1.0f) * 2047.5f) : t + 7;
+    }
     T *q0, *k0, *qb, *kb;
     int64_t* d_pos;
     CK(cudaMalloc(&q0, q_elems * sizeof(T)));

@@ -49,11 +49,13 @@ constexpr int kUnitElems = 16;  // two 16-byte vectors of fp16/bf16
 constexpr int kBatch = 4;
 // Warps to aim for when there are few tokens (a token then gets several warps). NOTE (H200,
 // tune_rope.cu "prod sN": N heads a lane, NeoX, no PDL, us at T = 128 / 256 / 512 / 1024 /
-// 2048): s1 2.08 / 2.43 / 3.93 / 7.86 / 14.37, s2 2.15 / 2.51 / 3.17 / 7.64 / 13.06, s4 2.38 /
-// 2.59 / 3.42 / 7.58 / 13.41. 2560 takes s1 to 256 tokens, s2 at 512, s4 from 1024 (the cap,
-// kBatch); the 8192 of before (set when the heads still moved in 4-byte pieces) kept s1 to 512
-// tokens.
-constexpr int64_t kTargetWarps = 2560;
+// 2048, before the lean in-place path): s1 2.08 / 2.43 / 3.93 / 7.86 / 14.37, s2 2.15 / 2.51 /
+// 3.17 / 7.64 / 13.06, s4 2.38 / 2.59 / 3.42 / 7.58 / 13.41; with it, at T = 64 / 128 / 256 /
+// 512: s1 1.74 / 1.96 / 2.48 / 3.94, s2 1.75 / 1.96 / 2.34 / 3.16, s3 1.88 / 2.00 / 2.33 /
+// 3.15, s4 2.01 / 2.06 / 2.42 / 3.17 (random positions: the same to 0.01 us). 1280 takes s1
+// to 128 tokens, s2 at 256, s4 from 512 (the cap, kBatch); the 8192 of before (set when the
+// heads still moved in 4-byte pieces) kept s1 to 512 tokens.
+constexpr int64_t kTargetWarps = 1280;
 // Many tokens: see launch_rope.
 constexpr int64_t kLongTokens = 16384;
 constexpr int kLongSteps = 8;
