@@ -18,7 +18,8 @@
 // x[16u, 16u + 8), x1 = x[16u + 8, 16u + 16) read half of each 32-byte sector per load:
 // 4.40 -> 2.51 us at T=128 and 47.0 -> 32.4 us at T=4096 on an H100, tune_rope.cu). A warp
 // works on one token: lane = slot * units + u, so a lane keeps one unit for every head it
-// visits and loads its 16 cos/sin values once per token. The heads of the token (q, then k,
+// visits and loads its 16 cos/sin values once per batch of kBatch heads (once per token below
+// kLongTokens tokens). The heads of the token (q, then k,
 // then v when the KV write is fused) are visited in steps of `slots` heads; a warp covers
 // `steps` of them, and a token gets `chunks` warps (more warps per token when there are few
 // tokens, so decode shapes still spread over many SMs).
@@ -56,11 +57,11 @@ constexpr int kBatch = 4;
 // to 128 tokens, s2 at 256, s4 from 512 (the cap, kBatch); the 8192 of before (set when the
 // heads still moved in 4-byte pieces) kept s1 to 512 tokens.
 constexpr int64_t kTargetWarps = 1280;
-// Many tokens: see launch_rope.
+// Many tokens: see plan_rope.
 constexpr int64_t kLongTokens = 16384;
 constexpr int kLongSteps = 8;
 // From this many tokens (heads of 128 or more) the heads are loaded under an L2 evict_last
-// policy: see launch_rope.
+// policy: see plan_rope.
 constexpr int64_t kKeepTokens = 1024;
 
 // How the launcher cut the work; the same for every warp.
@@ -170,7 +171,7 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // default); session 15 (H200) took it further, see the notes in the lean path and RopePlan.
 // Below kLongTokens tokens the launcher caps steps at kBatch and the loop over batches below
 // runs once; from there on a warp may take up to kLongSteps heads in several batches.
-// kKeep: the heads are loaded under an L2 evict_last policy (launch_rope: many tokens).
+// kKeep: the heads are loaded under an L2 evict_last policy (plan_rope: many tokens).
 template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep>
 __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
   constexpr LoadPolicy kLoad = kKeep ? LoadPolicy::kKeepL2 : LoadPolicy::kDefault;
