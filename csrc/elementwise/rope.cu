@@ -54,9 +54,16 @@ constexpr int kBatch = 4;
 // 3.17 / 7.64 / 13.06, s4 2.38 / 2.59 / 3.42 / 7.58 / 13.41; with it, at T = 64 / 128 / 256 /
 // 512: s1 1.74 / 1.96 / 2.48 / 3.94, s2 1.75 / 1.96 / 2.34 / 3.16, s3 1.88 / 2.00 / 2.33 /
 // 3.15, s4 2.01 / 2.06 / 2.42 / 3.17 (random positions: the same to 0.01 us). 1280 takes s1
-// to 128 tokens, s2 at 256, s4 from 512 (the cap, kBatch); the 8192 of before (set when the
-// heads still moved in 4-byte pieces) kept s1 to 512 tokens.
+// to 128 tokens, s2 at 256, s4 from 512 (the cap, kBatch; but see kTwoStepWarps); the 8192 of
+// before (set when the heads still moved in 4-byte pieces) kept s1 to 512 tokens.
 constexpr int64_t kTargetWarps = 1280;
+// Up to this many warps, two heads a lane rather than the kBatch that kTargetWarps gives from
+// 512 tokens. NOTE (H200, tune_rope.cu "prod sN", NeoX, no PDL, us at T = 512 / 1024 / 4096):
+// s2 3.12 / 7.26 / 24.78, s3 3.17 / 7.25 / 23.82, s4 3.14 / 7.65 / 23.17 (2048 tokens, before
+// the lean path: s2 13.06, s4 13.41). With 40 heads, 2 heads a lane to 2048 tokens (10240
+// warps). s4 at 1024 tokens is 3072 warps, just above the 2640 that fit at once (96 registers):
+// a second, nearly empty wave.
+constexpr int64_t kTwoStepWarps = 10240;
 // Many tokens: see plan_rope.
 constexpr int64_t kLongTokens = 16384;
 constexpr int kLongSteps = 8;
@@ -414,6 +421,9 @@ cudaError_t plan_rope(const RopeParams<T>& p, RopePlan& plan) {
     l.steps = ceil_div(all_steps, ceil_div(all_steps, kLongSteps));
   } else {
     l.steps = std::min(kBatch, ceil_div(all_steps, static_cast<int>(want)));
+    // Two heads a lane while that keeps the grid within kTwoStepWarps warps (kTwoStepWarps'
+    // NOTE).
+    if (l.steps > 2 && p.nnz * ceil_div(all_steps, 2) <= kTwoStepWarps) l.steps = 2;
   }
   l.chunks = ceil_div(all_steps, l.steps);
   plan.general = l.q_pass || l.k_pass || fused;
