@@ -13,9 +13,9 @@
 // hidden sizes that are multiples of 512 take a kernel of their own (rmsnorm_decode_kernel),
 // and from 16384 rows the fused op's long vector-aligned rows a two-pass kernel
 // (rmsnorm_twopass_kernel: a block per row reads it twice, the second time from the cache,
-// holding few registers; rows of 640-1024 vectors are one chunk of it, held in registers), the
-// plain op's the vector kernel with L2 evict_last loads (768-vector rows: the two-pass kernel's
-// one chunk).
+// holding few registers; rows of 640-896 vectors are one chunk of it, held in registers), the
+// plain op's the vector kernel with L2 evict_last loads. Rows of exactly one block shape take
+// rmsnorm_exact_kernel there instead: the plain op at 640 and 768 vectors, the fused op at 1024.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -205,8 +205,8 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
 // 0 plain; 1 L2 evict_last / evict_first / evict_last policies; 3 the same with L1 evict_last /
 // evict_first (Triton's eviction_policy); 4 the L1 priorities alone; fused op only: 5 as 1, but
 // the input (read once) evict_first; 6 as 5, and the residual stored with L2 evict_last. The
-// launcher uses 1 (the fused op; the plain op at 768-vector rows); the rest are for
-// benchmark/elementwise/tune_rmsnorm.cu.
+// launcher uses 1 (the fused op); the rest are for benchmark/elementwise/tune_rmsnorm.cu
+// (rmsnorm_exact_kernel takes the same modes).
 // Each thread re-reads only the vectors it stored itself, after row_group_sum's barrier (a
 // compiler fence), so no other synchronisation is needed. kRegs (the launcher guarantees hv <=
 // kThreads * kUnroll: one chunk): pass 2 takes the row from the registers of pass 1 instead.
