@@ -234,7 +234,8 @@ def test_many_tokens_head_counts(hq, hk, d, r, is_neox, fused, gen):
 @pytest.mark.parametrize("how", ["wrapper", "op"])
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 def test_position_dtypes(pos_dtype, how, is_neox, gen):
-    """int32 and int64 positions: the wrapper passes positions.long(); the op takes both."""
+    """int32 and int64 positions: the wrapper passes both to the op unconverted (int16 is
+    converted with .long()); the op takes both."""
     x = make_inputs(1000, 8, 2, 128, 128, torch.float16, gen)
     x.positions = x.positions.to(pos_dtype)
     q_before, k_before = x.query.clone(), x.key.clone()
@@ -244,6 +245,33 @@ def test_position_dtypes(pos_dtype, how, is_neox, gen):
         q3, k3 = x.query.view(1000, -1, 128), x.key.view(1000, -1, 128)
         _op()(q3, k3, q3, k3, x.cache, x.positions, not is_neox, False, None, None, None, None)
     check_rope(x, q_before, k_before, is_neox)
+
+
+def test_position_int16_wrapper(gen):
+    """Positions of another integer dtype are converted by the wrapper (.long()), as upstream's
+    wrapper does; the op itself takes only int32 and int64."""
+    x = make_inputs(100, 8, 2, 128, 128, torch.bfloat16, gen)
+    x.positions = x.positions.to(torch.int16)
+    q_before, k_before = x.query.clone(), x.key.clone()
+    apply_rope_with_cos_sin_cache_inplace(x.positions, x.query, x.key, 128, x.cache)
+    check_rope(x, q_before, k_before, True)
+
+
+@pytest.mark.parametrize("pos_dtype", [torch.int32, torch.int64], ids=str)
+def test_wrapper_launches_one_kernel(pos_dtype, gen):
+    """The wrapper launches the RoPE kernel and nothing else for int32 and int64 positions
+    (a cast of int32 positions would add a kernel: about 1.3 us in a CUDA graph at decode)."""
+    x = make_inputs(16, 8, 2, 128, 128, torch.bfloat16, gen)
+    x.positions = x.positions.to(pos_dtype)
+    apply_rope_with_cos_sin_cache_inplace(x.positions, x.query, x.key, 128, x.cache)  # warm-up
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        apply_rope_with_cos_sin_cache_inplace(x.positions, x.query, x.key, 128, x.cache)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and "rope" in kernels[0], kernels
 
 
 @pytest.mark.parametrize("rotary", ["full", "partial"])
