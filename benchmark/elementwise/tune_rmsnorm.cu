@@ -82,6 +82,7 @@ enum class WMode {
   kPreload,  // weight read right after the row's loads, before any store; kept in registers
   kAhead,    // weight read `ahead` vectors before its use in the store loop (a ring of registers)
   kSmem,     // weight staged in shared memory once per block (with `persist`: once per kernel)
+  kNone,     // diagnostic: no weight loads, every weight 1 (wrong output: what the weight's traffic costs)
 };
 
 // Every knob of gen_rmsnorm_kernel (a structural type: it is a template argument).
@@ -382,6 +383,9 @@ __global__ void __launch_bounds__(Shape<kOpt, kThreads, kVpt>::kBlock) __maxnreg
           wk = ldw<kN, LP::kDefault>(p.weight + col(k));
         } else if constexpr (O.w == WMode::kSmem) {
           wk = wsm[lane + k * kThreads];
+        } else if constexpr (O.w == WMode::kNone) {
+#pragma unroll
+          for (int q = 0; q < kN; ++q) wk.w[q] = 0x3f803f80u;  // bf16 1.0 pairs
         } else {
           wk = w[k];
         }
@@ -592,6 +596,29 @@ cudaError_t run_ind(const P& p, cudaStream_t stream) {
 
 cudaError_t run_unsupported(const P&, cudaStream_t) { return cudaErrorNotSupported; }
 
+// Production's vector kernel with the group size compiled in (norm.cu's kTpr instances), kTpr
+// threads a row, hidden / (8 kTpr) vectors a lane; decode rows (<= 256) of bf16 H=8192 only.
+template <int kTpr, bool kLate, bool kFused>
+cudaError_t run_kv(const P& p, cudaStream_t stream) {
+  constexpr int kVpt = 1024 / kTpr;
+  if (p.hidden != 8192 || p.rows > 256) return cudaErrorNotSupported;
+  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  return launch_vec<T, kVpt, kFused, false, kTpr, kLate>(p, rows_inner, kTpr, stream);
+}
+
+// norm.cu's rmsnorm_decode_kernel (one block a row, 8-byte pieces) on any decode row it takes.
+template <bool kFused>
+cudaError_t run_dec(const P& p, cudaStream_t stream) {
+  if (p.rows > 256 || p.hidden % kDecodeRowElems != 0 || p.hidden > 8192) return cudaErrorNotSupported;
+  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  return launch_kernel(rmsnorm_decode_kernel<T, kFused, false>, dim3(static_cast<uint32_t>(p.rows)),
+                       dim3(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32)), 0, stream, p.enable_pdl, p,
+                       rows_inner);
+}
+
+#define KV(NAME, TPR, LATE, WHY) \
+  Variant { NAME, run_kv<TPR, LATE, false>, run_kv<TPR, LATE, true>, WHY }
+
 #define IND(NAME, THREADS, CHUNKS, BYTES, PDL, WHY) \
   Variant { NAME, run_ind<THREADS, CHUNKS, BYTES, PDL>, run_unsupported, WHY }
 
@@ -710,6 +737,24 @@ const std::vector<Variant>& variants() {
       IND("ind t512 c2 8B", 512, 2, 8, false, "the replica at H=4096"),
       IND("ind t512 c4 8B", 512, 4, 8, false, "the replica at H=8192"),
       TWOPASS("2p t256 u1 h3", 256, 1, 3, "two passes, 256 threads a row, 1 vector a thread a chunk, L1 + L2 priorities (torch.compile's shape at H=8192)"),
+      // Decode rows of bf16 H=8192 (session 16):
+      {"dec", run_dec<false>, run_dec<true>, "norm.cu's rmsnorm_decode_kernel (the plain op's decode kernel to H=8192)"},
+      KV("kv t128 late", 128, true, "norm.cu's vector kernel, 128 threads a row compiled in, trigger after the stores (the fused op's decode shape at H=8192)"),
+      KV("kv t128 early", 128, false, "as kv t128 late, trigger right after the wait"),
+      KV("kv t256 late", 256, true, "norm.cu's vector kernel, 256 threads a row (4 vectors a lane), late trigger"),
+      KV("kv t256 early", 256, false, "as kv t256 late, early trigger"),
+      KV("kv t512 late", 512, true, "norm.cu's vector kernel, 512 threads a row (2 vectors a lane), late trigger"),
+      KV("kv t1024 late", 1024, true, "norm.cu's vector kernel, 1024 threads a row (1 vector a lane), late trigger"),
+      GEN("g v8 r2 reg168", "two rows a thread sharing the weight registers (half the weight's L2 reads)", .vpt = 8,
+          .rows = 2, .max_regs = 168),
+      GEN("g v4 r2 reg128", "four warps a row, two rows a thread sharing the weight registers", .vpt = 4, .rows = 2,
+          .max_regs = 128),
+      GEN("g v4 r4 reg168", "four warps a row, four rows a thread (a quarter of the weight's L2 reads)", .vpt = 4,
+          .rows = 4, .max_regs = 168),
+      GEN("diag g v8 nowt", "DIAGNOSTIC (wrong output): g v8 pre reg128 without the weight's loads", .vpt = 8,
+          .w = WMode::kNone, .max_regs = 128),
+      GEN("diag g v4 nowt", "DIAGNOSTIC (wrong output): g v4 pre reg96 without the weight's loads", .vpt = 4,
+          .w = WMode::kNone, .max_regs = 96),
   };
   return v;
 }
