@@ -11,6 +11,8 @@
 // - flat: every other shape, alignment and element size, and concat_mla_absorb_q past the
 //   decode sizes (measured faster there, NOTE below): one flattened index over all copy units
 //   of the output (16-byte vectors where possible, else single elements), one per thread.
+// Past the decode sizes the loads of both take an L2 evict_last policy, and the tile's stores
+// (concat_mla_k) an evict_first one (NOTE below).
 #include <cstdint>
 
 #include "elementwise/elementwise.h"
@@ -42,7 +44,9 @@ RowStrides scaled(const RowStrides& s, int64_t factor) { return {s.outer / facto
 // Grid: x over blocks of kSpan = (kThreads / kG) * kRows consecutive rows; thread t of block x
 // copies rows x * kSpan + j * (kThreads / kG) + t / kG for j < kRows, columns t % kG + m * kG.
 // Rows past the last one read the last row again (clamped addresses) and store nothing.
-template <int kA, int kB, int kG, int kRows, int kThreads, LoadPolicy kLoad, StorePolicy kStore, bool kBcastB>
+// kEarlyPdl: the dependents launch right after the wait, else after the stores (launch_tile).
+template <int kA, int kB, int kG, int kRows, int kThreads, LoadPolicy kLoad, StorePolicy kStore, bool kBcastB,
+          bool kEarlyPdl>
 __global__ void __launch_bounds__(kThreads)
     concat_tile_kernel(V16* __restrict__ out,        // [rows, kA + kB] (row strides out_rows)
                        const V16* __restrict__ a,    // [rows, kA] (row strides a_rows)
@@ -71,6 +75,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   SGL_PDL_WAIT();  // before any input is read
+  if constexpr (kEarlyPdl) SGL_PDL_LAUNCH_DEPENDENTS();
   V16 v[kRows][kPerRow];
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
@@ -107,11 +112,18 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  SGL_PDL_LAUNCH_DEPENDENTS();
+  if constexpr (!kEarlyPdl) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Whether the tile kernel can copy p as kA + kB vectors per row.
 bool tile_fits(const ConcatRowsParams& p, int64_t a_vecs, int64_t b_vecs);
+
+// The PDL trigger right after the wait up to kEarlyPdlBlocks blocks, after the stores beyond.
+// NOTE (H200, session 16, bench_mla_copy.py --no-compile, the trigger after the stores (A)
+// against right after the wait (B), alternated A B A B, us): concat_mla_k T = 1 / 16 / 128
+// (8 / 128 / 1024 blocks) 0.74 / 0.92 / 2.21 -> 0.68 / 0.85 / 2.37; concat_mla_absorb_q T0 = 1 /
+// 16 (16 / 256 blocks) 1.00 / 1.42 -> 0.82 / 1.38.
+constexpr int64_t kEarlyPdlBlocks = 256;
 
 template <int kA, int kB, int kG, int kRows, int kThreads, LoadPolicy kLoad, StorePolicy kStore, bool kBcastB>
 cudaError_t launch_tile(const ConcatRowsParams& p, cudaStream_t stream) {
@@ -119,12 +131,14 @@ cudaError_t launch_tile(const ConcatRowsParams& p, cudaStream_t stream) {
   if (!tile_fits(p, kA, kB)) return cudaErrorInvalidValue;
   const int64_t f = 16 / p.elem_bytes;  // elements per vector
   constexpr int64_t kSpan = (kThreads / kG) * kRows;
-  return launch_kernel(concat_tile_kernel<kA, kB, kG, kRows, kThreads, kLoad, kStore, kBcastB>,
-                       dim3(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, kSpan))), dim3(kThreads), 0, stream,
-                       p.enable_pdl, static_cast<V16*>(p.out), static_cast<const V16*>(p.a),
-                       static_cast<const V16*>(p.b), scaled(p.out_rows, f), scaled(p.a_rows, f),
-                       scaled(p.b_rows, f), FastDivmod(static_cast<uint32_t>(p.rows_inner)),
-                       static_cast<uint32_t>(p.rows));
+  const int64_t blocks = ceil_div<int64_t>(p.rows, kSpan);
+  const auto kernel = blocks <= kEarlyPdlBlocks
+                          ? concat_tile_kernel<kA, kB, kG, kRows, kThreads, kLoad, kStore, kBcastB, true>
+                          : concat_tile_kernel<kA, kB, kG, kRows, kThreads, kLoad, kStore, kBcastB, false>;
+  return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0, stream, p.enable_pdl,
+                       static_cast<V16*>(p.out), static_cast<const V16*>(p.a), static_cast<const V16*>(p.b),
+                       scaled(p.out_rows, f), scaled(p.a_rows, f), scaled(p.b_rows, f),
+                       FastDivmod(static_cast<uint32_t>(p.rows_inner)), static_cast<uint32_t>(p.rows));
 }
 
 // The two ops' row shapes (fp16/bf16), by launch shape <kG, kRows, kThreads, kLoad, kStore>.
@@ -144,8 +158,8 @@ cudaError_t launch_absorb_q_tile(const ConcatRowsParams& p, cudaStream_t stream)
 constexpr int kFlatThreads = 256;
 
 // U: the copy unit (uint4 for 16-byte vectors, or the element type's size). All sizes and
-// strides below are in units of U.
-template <typename U>
+// strides below are in units of U. kLoad / kStore: the cache policies (16-byte units only).
+template <typename U, LoadPolicy kLoad = LoadPolicy::kDefault, StorePolicy kStore = StorePolicy::kDefault>
 __global__ void __launch_bounds__(kFlatThreads)
     concat_flat_kernel(U* __restrict__ out,      // [rows, a_cols + b_cols] (row strides out_rows)
                        const U* __restrict__ a,  // [rows, a_cols] (row strides a_rows)
@@ -170,19 +184,25 @@ __global__ void __launch_bounds__(kFlatThreads)
     rows_inner.divmod(static_cast<uint32_t>(row), outer, inner);
     const U* src = col < a_cols ? a + outer * a_rows.outer + inner * a_rows.inner + col
                                 : b + outer * b_rows.outer + inner * b_rows.inner + (col - a_cols);
-    out[outer * out_rows.outer + inner * out_rows.inner + col] = *src;
+    U* dst = out + outer * out_rows.outer + inner * out_rows.inner + col;
+    if constexpr (kLoad == LoadPolicy::kDefault && kStore == StorePolicy::kDefault) {
+      *dst = *src;
+    } else {
+      static_assert(sizeof(U) == 16, "cache policies on 16-byte units");
+      store16<uint32_t, kStore>(reinterpret_cast<uint32_t*>(dst), load_vec<V16, kLoad>(src));
+    }
   }
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-template <typename U>
+template <typename U, LoadPolicy kLoad = LoadPolicy::kDefault, StorePolicy kStore = StorePolicy::kDefault>
 cudaError_t launch_flat(const ConcatRowsParams& p, cudaStream_t stream) {
   const int64_t f = static_cast<int64_t>(sizeof(U)) / p.elem_bytes;  // elements per unit
   const int64_t a_cols = p.a_cols / f, b_cols = p.b_cols / f, cols = a_cols + b_cols;
   const uint64_t total = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(cols);
   const uint64_t blocks = (total + kFlatThreads - 1) / kFlatThreads;
   if (blocks >= (uint64_t{1} << 31)) return cudaErrorInvalidValue;
-  return launch_kernel(concat_flat_kernel<U>, dim3(static_cast<uint32_t>(blocks)), dim3(kFlatThreads), 0, stream,
+  return launch_kernel(concat_flat_kernel<U, kLoad, kStore>, dim3(static_cast<uint32_t>(blocks)), dim3(kFlatThreads), 0, stream,
                        p.enable_pdl, static_cast<U*>(p.out), static_cast<const U*>(p.a), static_cast<const U*>(p.b),
                        scaled(p.out_rows, f), scaled(p.a_rows, f), scaled(p.b_rows, f),
                        FastDivmod(static_cast<uint32_t>(p.rows_inner)), FastDivmod(static_cast<uint32_t>(cols)),
@@ -218,12 +238,25 @@ bool tile_fits(const ConcatRowsParams& p, int64_t a_vecs, int64_t b_vecs) {
 // concat_mla_k T <= 341, concat_mla_absorb_q T0 * T1 <= 14563):
 // - concat_mla_k: 8 lanes per 24-vector row (2 k_nope vectors and 1 k_rope vector each); 128-
 //   thread blocks with read-only loads for decode (T=1/16/128 0.74/0.92/2.21, flat 0.90/1.05/
-//   2.79), 256-thread blocks with plain loads above (T=16384 333.4, flat 336.6). 16 lanes per
-//   row: 3.35 at T=128.
+//   2.79), 256-thread blocks with plain loads above (T=16384 333.4, flat 336.6; replaced in
+//   session 16, below). 16 lanes per row: 3.35 at T=128.
 // - concat_mla_absorb_q: 24 lanes per 72-vector row (3 vectors each), 192-thread blocks with
 //   read-only loads for decode (T0=1/16 0.83/1.33, flat 0.91/1.56). From HBM the flat kernel
 //   stays (T0=4096 292.7 against 296.6 for the tile with plain loads; every tile variant swept
 //   was 1-5 % slower there).
+// Session 16 (H200, the same sweep, up to five runs): above the decode shapes the loads take
+// an L2 evict_last policy, as torch.compile's kernels load (one 16-byte vector a thread over
+// the flat output, 1024-element blocks of 4 warps), which read 1-3 % faster than ours in
+// bench_mla_copy.py. concat_mla_k T = 1024 / 4096 / 16384: 256-thread tile, plain loads 22.23 /
+// 82.8-84.8 / 333.2-333.7 us; 128-thread tile, evict_last loads 21.76-21.83 / 82.8-83.1 /
+// 326.9-327.6, and with evict_first stores too (shipped) 21.58-21.64 / 81.9-82.1 / 322.8-323.8
+// (256 threads with the loads alone 21.79-21.80 / 83.0-83.1 / 327.5-327.9; L2::256B prefetching
+// loads 21.52-21.61 / 81.7-82.0 / 328.0-329.2; the flat kernel with the loads 22.3 / 85.0 /
+// 335.5). concat_mla_absorb_q T0 = 128 / 1024 / 4096 (the flat kernel): 10.69 / 72.59-72.69 /
+// 293.1-293.3 -> 10.41 / 72.3-72.4 / 283.8-283.9 with evict_last loads (tile shapes with them:
+// 73.5-74.6 at T0 = 1024; evict_first stores added to the flat kernel's loads: 72.25-72.29 /
+// 283.8-284.3, no different). The decode shapes keep their read-only loads (the 128-thread tile
+// with evict_last loads read 2.20-2.26 us at T = 128 against 2.17-2.18).
 constexpr int64_t kDecodeMaxVectors = int64_t{1} << 20;
 
 }  // namespace
@@ -246,10 +279,10 @@ cudaError_t launch_concat_rows(const ConcatRowsParams& p, cudaStream_t stream) {
   const bool decode = out_vecs <= kDecodeMaxVectors;
   if (tile_fits(p, 16, 8)) {
     return decode ? launch_mla_k_tile<8, 1, 128, LP::kStream>(p, stream)
-                  : launch_mla_k_tile<8, 1, 256, LP::kDefault>(p, stream);
+                  : launch_mla_k_tile<8, 1, 128, LP::kKeepL2, StorePolicy::kStream>(p, stream);
   }
   if (decode && tile_fits(p, 64, 8)) return launch_absorb_q_tile<24, 1, 192, LP::kStream>(p, stream);
-  return launch_flat<uint4>(p, stream);
+  return launch_flat<uint4, LP::kKeepL2>(p, stream);
 }
 
 }  // namespace sgl_kernel::elementwise
