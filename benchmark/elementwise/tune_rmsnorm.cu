@@ -616,6 +616,19 @@ cudaError_t run_dec(const P& p, cudaStream_t stream) {
                        rows_inner);
 }
 
+// norm.cu's rmsnorm_exact_kernel on rows of exactly kThreads * kChunks vectors.
+template <int kThreads, int kChunks, int kHint, bool kRegs>
+cudaError_t run_exact_op(const P& p, cudaStream_t stream, bool fused) {
+  if (p.hidden != int64_t{kThreads} * kChunks * 8) return cudaErrorNotSupported;
+  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  return fused ? launch_exact<T, kThreads, kChunks, true, false, kHint, kRegs>(p, rows_inner, stream)
+               : launch_exact<T, kThreads, kChunks, false, false, kHint, kRegs>(p, rows_inner, stream);
+}
+template <int kThreads, int kChunks, int kHint, bool kRegs>
+cudaError_t run_exact(const P& p, cudaStream_t stream) {
+  return run_exact_op<kThreads, kChunks, kHint, kRegs>(p, stream, p.residual != nullptr);
+}
+
 #define KV(NAME, TPR, LATE, WHY) \
   Variant { NAME, run_kv<TPR, LATE, false>, run_kv<TPR, LATE, true>, WHY }
 
@@ -755,6 +768,13 @@ const std::vector<Variant>& variants() {
           .w = WMode::kNone, .max_regs = 128),
       GEN("diag g v4 nowt", "DIAGNOSTIC (wrong output): g v4 pre reg96 without the weight's loads", .vpt = 4,
           .w = WMode::kNone, .max_regs = 96),
+      // Many rows (session 16): the output stored evict_first (st.global.cs), as concat_mla_k
+      // gained from it.
+      TWOPASS("2p t256 u2 h7", 256, 2, 7, "two passes, 256 threads a row, 2 vectors a thread a chunk, as h1, the output stored evict_first"),
+      GEN("g v8 pre keep cs", "as g v8 pre keep, the output stored evict_first", .vpt = 8, .max_regs = 128,
+          .load = LP::kKeepL2, .store = SP::kStream),
+      {"x t1024 c1 regs h1", run_exact<1024, 1, 1, true>, run_exact<1024, 1, 1, true>, "rmsnorm_exact_kernel, one 1024-vector chunk in registers, h1 (the fused op's H=8192 shape)"},
+      {"x t1024 c1 regs h7", run_exact<1024, 1, 7, true>, run_exact<1024, 1, 7, true>, "as x t1024 c1 regs h1, the output stored evict_first"},
   };
   return v;
 }

@@ -204,7 +204,8 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
 // looped reductions. kHint picks the cache policies of (first read, re-read, weight):
 // 0 plain; 1 L2 evict_last / evict_first / evict_last policies; 3 the same with L1 evict_last /
 // evict_first (Triton's eviction_policy); 4 the L1 priorities alone; fused op only: 5 as 1, but
-// the input (read once) evict_first; 6 as 5, and the residual stored with L2 evict_last. The
+// the input (read once) evict_first; 6 as 5, and the residual stored with L2 evict_last; 7 as 1,
+// and the output stored evict_first (st.global.cs, twopass_out_store). The
 // launcher uses 1 (the fused op); the rest are for benchmark/elementwise/tune_rmsnorm.cu
 // (rmsnorm_exact_kernel takes the same modes).
 // Each thread re-reads only the vectors it stored itself, after row_group_sum's barrier (a
@@ -213,7 +214,8 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
 // which: 0 first read (the residual, fused), 1 re-read, 2 weight, 3 the fused op's input.
 constexpr LoadPolicy twopass_policy(int hint, int which) {
   switch (hint) {
-    case 1: return which == 1 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
+    case 1:
+    case 7: return which == 1 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
     case 5:
     case 6: return which == 1 || which == 3 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
     case 3: return which == 1 ? LoadPolicy::kDropL1L2 : LoadPolicy::kKeepL1L2;
@@ -221,6 +223,10 @@ constexpr LoadPolicy twopass_policy(int hint, int which) {
     default: return which == 3 ? twopass_policy(hint, 0) : LoadPolicy::kDefault;
   }
 }
+
+// The output's store policy by hint (twopass_policy's modes).
+constexpr StorePolicy twopass_out_store(int hint) { return hint == 7 ? StorePolicy::kStream : StorePolicy::kDefault; }
+
 
 template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false>
 __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
@@ -283,7 +289,12 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * kThreads;
-      if (i < hv) *reinterpret_cast<Word4*>(out + i * kVec) = scale_vec<T, kGemma>(x[u], w[u], scale);
+      if constexpr (twopass_out_store(kHint) == StorePolicy::kDefault) {
+        if (i < hv) *reinterpret_cast<Word4*>(out + i * kVec) = scale_vec<T, kGemma>(x[u], w[u], scale);
+      } else if (i < hv) {
+        store16<uint32_t, twopass_out_store(kHint)>(reinterpret_cast<uint32_t*>(out + i * kVec),
+                                                    scale_vec<T, kGemma>(x[u], w[u], scale));
+      }
     }
   }
 }
@@ -348,7 +359,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    *reinterpret_cast<Word4*>(out + (c * kThreads + t) * kVec) = scale_vec<T, kGemma>(x[c], w[c], scale);
+    if constexpr (twopass_out_store(kHint) == StorePolicy::kDefault) {
+      *reinterpret_cast<Word4*>(out + (c * kThreads + t) * kVec) = scale_vec<T, kGemma>(x[c], w[c], scale);
+    } else {
+      store16<uint32_t, twopass_out_store(kHint)>(reinterpret_cast<uint32_t*>(out + (c * kThreads + t) * kVec),
+                                                  scale_vec<T, kGemma>(x[c], w[c], scale));
+    }
   }
 }
 
@@ -537,6 +553,11 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 // h3 hints: 500.1-500.9); 512 (H=4096), t256 c2 kRegs h1 252.3 / 251.3, re-reading 259.1 /
 // 259.4 against 250.3 / 250.4 for t256 u2 re-reading (T=16384: 126.6 against 126.4); 768
 // (H=6144) 376.0-376.8 for every form against 376.4 / 376.5. Shipped at 1024 only.
+// Session 16 (H200, tune_rmsnorm.cu, two runs, us at T=16384 / 32768): the output stored
+// evict_first (hint 7), which made concat_mla_k 1.3 % faster, made these slower: fused H=4096
+// t256 u2 127.1-127.3 / 251.6-251.9 -> 128.8-129.0 / 255.0-255.4, H=8192 (the exact-row kernel)
+// 251.1-251.5 / 503.6-504.0 -> 254.4-254.8 / 511.4-512.0; the plain op's vector kernel with
+// evict_last loads was no different with it (H=4096 / 7168 / 8192, within 0.2 %).
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
