@@ -19,9 +19,17 @@
 // 27 % slower and the plain / masked group quant of many rows 9-13 % slower. A second A/B:
 // embedding_lookup and downcast_fp8 decode calls 9-24 % faster with it; store_kv_cache (32
 // heads, 1-16 rows: +6-13 %), concat_mla_k (128 rows: +7 %) and the fp8 decode GEMMs (no
-// gain, up to +5 %) were not. Those kernels keep the trigger at their end, as does RoPE (not
-// measured). A variant choosing at run time (grid <= %nsmid) cost registers and lost most of
-// the gain.
+// gain, up to +5 %) were not. Those kernels keep the trigger at their end. A variant choosing
+// at run time (grid <= %nsmid) cost registers and lost most of the gain.
+// Session 16 (H200): RoPE's in-place path and the per-tensor one-pass kernel trigger early now
+// (rope_pdl T=128 1.93 -> 1.70 us), RoPE's general path (the fused KV write) keeps it at its
+// end (early was 0.09 us slower at T=16 and 128), and concat's tile kernel triggers early up to
+// 256 blocks (the launcher picks the instance). Why it matters more than a fresh process
+// suggests: once a process has run kernels on a second stream (torch's graph warm-up on a side
+// stream does), a CUDA-graph kernel boundary without PDL costs about 0.18 us more (empty kernel
+// 0.56 -> 0.74 us; RoPE T=16 1.60 -> 1.78), and so did RoPE's boundary with the trigger at its
+// end in the torch process; the bench, and any serving engine, run in that state
+// (tune_rope.cu --pollute reproduces it without torch; benchmark/RESULTS.md, session 16).
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define SGL_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define SGL_PDL_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" :::)
