@@ -114,6 +114,16 @@ std::vector<Variant> variants(int64_t numel) {
   const int64_t num_vec = numel / kVec16<T>;
   std::vector<Variant> v;
   v.push_back({"prod", [](const P& p, cudaStream_t s) { return launch_per_tensor_quant<T>(p, s); }});
+  // Session 16: both kernels of the two-kernel path with plain loads (production: the maximum's
+  // ld.global.nc.L1::no_allocate, the codes' from 132 * 1024 vectors plain).
+  v.push_back({"two plain", [=](const P& p, cudaStream_t s) {
+                 const cudaError_t e = launch_amax_policy<T, LoadPolicy::kDefault>(p, p.numel / kVec16<T>, s, 0);
+                 return e != cudaSuccess ? e : launch_code_kernel<T, kVec16<T>, 4, LoadPolicy::kDefault>(p, p.numel / kVec16<T>, s);
+               }});
+  v.push_back({"two nc", [=](const P& p, cudaStream_t s) {
+                 const cudaError_t e = launch_amax_policy<T, LoadPolicy::kStream>(p, p.numel / kVec16<T>, s, 0);
+                 return e != cudaSuccess ? e : launch_code_kernel<T, kVec16<T>, 4, LoadPolicy::kStream>(p, p.numel / kVec16<T>, s);
+               }});
   v.push_back({"two", [=](const P& p, cudaStream_t s) {
                  const cudaError_t e = launch_amax(p, num_vec, s);
                  return e != cudaSuccess ? e : launch_codes(p, num_vec, s);
@@ -219,6 +229,43 @@ struct Buffers {
   }
 };
 
+// --op static (session 16): the static per-tensor quant (a given scale: the code kernel alone)
+// at T rows of H, from DRAM at the bench's large sizes. Rows: "prod" (launch_per_tensor_quant;
+// also the check reference), "uU LOAD": the code kernel with U 16-byte vectors a thread and
+// loads under LOAD (nc = ld.global.nc.L1::no_allocate, production's; plain; keep = an L2
+// evict_last policy; keepL1 = L1 + L2 evict_last).
+void run_static(const std::vector<int64_t>& Ts, const std::vector<int64_t>& Hs, cudaStream_t s) {
+  constexpr int kV = kVec16<T>;
+  using LP = LoadPolicy;
+  const std::vector<Variant> vs = {
+      {"prod", [](const P& p, cudaStream_t st) { return launch_per_tensor_quant<T>(p, st); }},
+      {"u4 plain", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 4, LP::kDefault>(p, p.numel / kV, st); }},
+      {"u4 keep", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 4, LP::kKeepL2>(p, p.numel / kV, st); }},
+      {"u4 keepL1", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 4, LP::kKeepL1L2>(p, p.numel / kV, st); }},
+      {"u2 nc", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 2, LP::kStream>(p, p.numel / kV, st); }},
+      {"u2 keep", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 2, LP::kKeepL2>(p, p.numel / kV, st); }},
+      {"u8 nc", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 8, LP::kStream>(p, p.numel / kV, st); }},
+      {"u8 keep", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 8, LP::kKeepL2>(p, p.numel / kV, st); }},
+      {"u1 keep", [](const P& p, cudaStream_t st) { return launch_code_kernel<T, kV, 1, LP::kKeepL2>(p, p.numel / kV, st); }},
+  };
+  for (int64_t H : Hs) {
+    for (int64_t Tn : Ts) {
+      const int64_t n = Tn * H;
+      Buffers b(n, 1, uint32_t(Tn * 7919 + H), s);
+      const P p{b.x, b.q, b.s, n, false, true};
+      const P pref{b.x, b.q_ref, b.s_ref, n, false, true};
+      CK(cudaMemsetAsync(b.s_ref, 0x3c, 4, s));  // scale 0x3c3c3c3c = 0.0115
+      CK(launch_per_tensor_quant<T>(pref, s));
+      b.reference_done(s);
+      std::printf("T=%lld H=%lld static (%.1f MB read + written)\n", (long long)Tn, (long long)H, n * 3.0 / 1e6);
+      for (const Variant& v : vs) {
+        std::snprintf(tune_common::g_ctx, sizeof(tune_common::g_ctx), "%s T=%lld", v.name.c_str(), (long long)Tn);
+        b.check_and_time(v.name, 0x3c, [&] { return v.run(p, s); }, s);
+      }
+    }
+  }
+}
+
 // --op token: sgl_per_token_quant_fp8 (row-major fp32 scales [T]) at T rows of H. Rows:
 // "prod" (launch_row_quant as shipped; also the check reference), "cCtTvV" (launch_row_cluster:
 // a cluster of C blocks of T threads per row, V vectors a thread).
@@ -297,11 +344,14 @@ void run_token(const std::vector<int64_t>& Ts, const std::vector<int64_t>& Hs, c
 int main(int argc, char** argv) {
   using namespace tune;
   std::vector<int64_t> Ts = {1, 4, 16, 32, 64, 128, 256, 1024}, Hs = {4096};
-  bool token = false;
+  bool token = false, static_op = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--T")) Ts = tune_common::parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--H")) Hs = tune_common::parse_list(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--op")) token = !std::strcmp(argv[i + 1], "token");
+    if (!std::strcmp(argv[i], "--op")) {
+      token = !std::strcmp(argv[i + 1], "token");
+      static_op = !std::strcmp(argv[i + 1], "static");
+    }
   }
   tune_common::print_device();
   cudaStream_t s;
@@ -309,6 +359,10 @@ int main(int argc, char** argv) {
   tune_common::copy_gbps(s);
   if (token) {
     run_token(Ts, Hs, s);
+    return 0;
+  }
+  if (static_op) {
+    run_static(Ts, Hs, s);
     return 0;
   }
   for (int64_t H : Hs) {

@@ -37,7 +37,7 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 constexpr float kFp8Max = 448.0f;
 
-template <typename T>
+template <typename T, LoadPolicy kLoad = LoadPolicy::kStream>
 __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   constexpr int kVec = kVec16<T>;
   __shared__ uint32_t scratch[kThreads / 32];
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
     Vec16<T> x[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (i + u * stride < num_vec) x[u] = load16<T, LoadPolicy::kStream>(p.input + (i + u * stride) * kVec);
+      if (i + u * stride < num_vec) x[u] = load16<T, kLoad>(p.input + (i + u * stride) * kVec);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
 
 // Codes of vectors of kElems elements (16, 8 or 4 bytes; the tensor's elements [0, num_vec *
 // kElems)), kUnroll vectors per thread; the rest (numel % kElems, or all of a misaligned
-// tensor) by the first block, one element per thread.
-template <typename T, int kElems, int kUnroll>
+// tensor) by the first block, one element per thread. kLoad: the vectors' cache policy.
+template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream>
 __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   using V = Vec<T, kElems>;
   SGL_PDL_WAIT();
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
-    if (i < num_vec) x[u] = load_vec<V, LoadPolicy::kStream>(p.input + i * kElems);
+    if (i < num_vec) x[u] = load_vec<V, kLoad>(p.input + i * kElems);
   }
   store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kThreads, num_vec, inv, -kFp8Max, kFp8Max, false);
   if (blockIdx.x == 0) {
@@ -98,11 +98,11 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
   }
 }
 
-template <typename T, int kElems, int kUnroll>
+template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream>
 cudaError_t launch_code_kernel(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
   const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads * kUnroll));
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0,
+  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0,
                        stream, p.enable_pdl, p, num_vec);
 }
 
@@ -171,8 +171,8 @@ int sm_count() {
 }
 
 // Dynamic: the maximum folded into scale[0] by an atomic; then the codes (below).
-template <typename T>
-cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks = 0) {
+template <typename T, LoadPolicy kLoad>
+cudaError_t launch_amax_policy(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks) {
   constexpr int kVec = kVec16<T>;
   const int sms = sm_count();
   // Enough blocks to fill the GPU (8 per SM), few enough that the atomics stay negligible.
@@ -180,8 +180,22 @@ cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStre
       std::max<int64_t>(1, ceil_div<int64_t>(std::max(num_vec, p.numel - num_vec * kVec), kThreads * kUnroll));
   const uint32_t blocks =
       force_blocks > 0 ? force_blocks : static_cast<uint32_t>(std::min<int64_t>(want, int64_t{sms} * 8));
-  return launch_kernel(tensor_amax_kernel<T>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p, num_vec);
+  return launch_kernel(tensor_amax_kernel<T, kLoad>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p, num_vec);
 }
+
+template <typename T>
+cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks = 0) {
+  return launch_amax_policy<T, LoadPolicy::kStream>(p, num_vec, stream, force_blocks);
+}
+
+// Tensors of at least this many input bytes are read with plain loads (ld.global) instead of
+// ld.global.nc.L1::no_allocate, by the maximum and the code kernels. NOTE (H200, session 16,
+// benchmark/quantization/tune_per_tensor.cu, the same buffers every call, us): static codes
+// bf16 H=4096 T=32768 100.7-100.9 -> 91.8-92.1 (4386 GB/s, 104 % of copy), H=7168 T=32768
+// 177.1 -> 162.1; dynamic (both kernels) H=4096 T=32768 170.4 -> 158.4. Smaller tensors were
+// mixed (static H=4096 T=1024 / 4096 3.26 / 12.1 -> 2.51 / 11.75, but H=7168 T=4096 20.1 -> 21.3;
+// dynamic H=4096 T=1024 6.13 -> 6.54, T=4096 19.96 -> 18.51) and keep the nc loads.
+constexpr int64_t kPlainLoadBytes = int64_t{256} << 20;
 
 // The codes with the scale in scale[0].
 template <typename T>
@@ -197,6 +211,9 @@ cudaError_t launch_codes(const TensorQuantParams<T>& p, int64_t num_vec, cudaStr
       return launch_code_kernel<T, kNarrow, 1>(p, p.numel / kNarrow, stream);
     }
     return launch_code_kernel<T, kVec16<T>, 1>(p, num_vec, stream);
+  }
+  if (p.numel * static_cast<int64_t>(sizeof(T)) >= kPlainLoadBytes) {
+    return launch_code_kernel<T, kVec16<T>, kUnroll, LoadPolicy::kDefault>(p, num_vec, stream);
   }
   return launch_code_kernel<T, kVec16<T>, kUnroll>(p, num_vec, stream);
 }
@@ -263,7 +280,11 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
       return launch_kernel(tensor_quant_onepass_kernel<T, kSmallVpt, false>, dim3(1), dim3(kSmallThreads), 0, stream,
                            p.enable_pdl, p, num_vec);
     }
-    SGL_CUDA_TRY(launch_amax(p, num_vec, stream));
+    if (p.numel * static_cast<int64_t>(sizeof(T)) >= kPlainLoadBytes) {
+      SGL_CUDA_TRY((launch_amax_policy<T, LoadPolicy::kDefault>(p, num_vec, stream, 0)));
+    } else {
+      SGL_CUDA_TRY(launch_amax(p, num_vec, stream));
+    }
   }
   return launch_codes(p, num_vec, stream);
 }

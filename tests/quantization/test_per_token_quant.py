@@ -290,6 +290,18 @@ def test_per_tensor_large():
     assert float(q[12345, 4001].float()) == -448.0
 
 
+@pytest.mark.parametrize("is_static", [False, True])
+def test_per_tensor_plain_load_path(is_static, gen):
+    """From 256 MiB of input the maximum and code kernels read with plain loads
+    (per_tensor_quant.cu, kPlainLoadBytes): random data just past the threshold, with a scalar
+    tail (numel % 8 == 1)."""
+    x = _rand((16385, 8193), torch.bfloat16, gen)
+    assert x.numel() * 2 >= 256 << 20 and x.numel() % 8 == 1
+    s_in = _initial_scale("static" if is_static else "dynamic", x)
+    q, s = _run_tensor(x, s_in, is_static)
+    _check_tensor(x, s_in, is_static, q, s)
+
+
 # Sizes at the launchers' limits. Dynamic: one block does both passes up to 1024 vectors of 16
 # bytes (elements per vector: 8 for 16-bit types, 4 for fp32); on sm90+ one cluster of 2-16
 # blocks of 256 threads up to 8192 vectors (one vector a thread up to 4096, then two); two
