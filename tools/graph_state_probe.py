@@ -14,7 +14,7 @@ capture_with_warmup, empty_cache. Without ACTION every action runs, each in its 
 
 from __future__ import annotations
 
-import math
+import os
 import statistics
 import subprocess
 import sys
@@ -24,43 +24,26 @@ ACTIONS = ("none", "one_call_new_stream", "warmup_new_stream", "capture", "two_c
 
 
 def run(t: int, action: str) -> None:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
     import torch
 
     import sgl_kernel
 
     hq, hk, d = 32, 8, 128
 
+    from benchmark.harness import _capture, _time_replays
+
     def capture(fn, calls=100, warm=True):
-        if warm:  # as torch.cuda.graph's documentation asks (benchmark/harness.py does it too)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    fn()
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
+        if warm:  # the harness's capture: three warm-up calls on a side stream, ordered by events
+            return _capture(fn, [()], calls)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, capture_error_mode="thread_local"):
             for _ in range(calls):
                 fn()
         return g
 
-    def measure(g, calls=100, reps=40, warm_ms=100.0) -> float:
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        for _ in range(min(10000, math.ceil(warm_ms / max(s.elapsed_time(e), 1e-3)) - 1)):
-            g.replay()
-        torch.cuda.synchronize()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for a, b in events:
-            a.record()
-            g.replay()
-            b.record()
-        torch.cuda.synchronize()
-        return statistics.median(a.elapsed_time(b) * 1e3 / calls for a, b in events)
+    def measure(g, calls=100, reps=40, warm_ms=100.0) -> float:  # the harness's timing
+        return statistics.median(ms * 1e3 / calls for ms in _time_replays(g.replay, reps, warm_ms))
 
     pos = torch.randint(0, 4096, (t,), device="cuda")
     q = torch.randn(t, hq * d, device="cuda", dtype=torch.bfloat16)
