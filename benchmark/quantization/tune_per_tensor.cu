@@ -117,11 +117,11 @@ std::vector<Variant> variants(int64_t numel) {
   // Session 16: both kernels of the two-kernel path with plain loads (production: the maximum's
   // ld.global.nc.L1::no_allocate, the codes' from 132 * 1024 vectors plain).
   v.push_back({"two plain", [=](const P& p, cudaStream_t s) {
-                 const cudaError_t e = launch_amax_policy<T, LoadPolicy::kDefault>(p, p.numel / kVec16<T>, s, 0);
+                 const cudaError_t e = launch_amax<T, LoadPolicy::kDefault>(p, p.numel / kVec16<T>, s);
                  return e != cudaSuccess ? e : launch_code_kernel<T, kVec16<T>, 4, LoadPolicy::kDefault>(p, p.numel / kVec16<T>, s);
                }});
   v.push_back({"two nc", [=](const P& p, cudaStream_t s) {
-                 const cudaError_t e = launch_amax_policy<T, LoadPolicy::kStream>(p, p.numel / kVec16<T>, s, 0);
+                 const cudaError_t e = launch_amax<T, LoadPolicy::kStream>(p, p.numel / kVec16<T>, s);
                  return e != cudaSuccess ? e : launch_code_kernel<T, kVec16<T>, 4, LoadPolicy::kStream>(p, p.numel / kVec16<T>, s);
                }});
   v.push_back({"two", [=](const P& p, cudaStream_t s) {

@@ -171,8 +171,8 @@ int sm_count() {
 }
 
 // Dynamic: the maximum folded into scale[0] by an atomic; then the codes (below).
-template <typename T, LoadPolicy kLoad>
-cudaError_t launch_amax_policy(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks) {
+template <typename T, LoadPolicy kLoad = LoadPolicy::kStream>
+cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks = 0) {
   constexpr int kVec = kVec16<T>;
   const int sms = sm_count();
   // Enough blocks to fill the GPU (8 per SM), few enough that the atomics stay negligible.
@@ -183,11 +183,6 @@ cudaError_t launch_amax_policy(const TensorQuantParams<T>& p, int64_t num_vec, c
   return launch_kernel(tensor_amax_kernel<T, kLoad>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p, num_vec);
 }
 
-template <typename T>
-cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks = 0) {
-  return launch_amax_policy<T, LoadPolicy::kStream>(p, num_vec, stream, force_blocks);
-}
-
 // Tensors of at least this many input bytes are read with plain loads (ld.global) instead of
 // ld.global.nc.L1::no_allocate, by the maximum and the code kernels. NOTE (H200, session 16,
 // benchmark/quantization/tune_per_tensor.cu, the same buffers every call, us): static codes
@@ -196,6 +191,11 @@ cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStre
 // mixed (static H=4096 T=1024 / 4096 3.26 / 12.1 -> 2.51 / 11.75, but H=7168 T=4096 20.1 -> 21.3;
 // dynamic H=4096 T=1024 6.13 -> 6.54, T=4096 19.96 -> 18.51) and keep the nc loads.
 constexpr int64_t kPlainLoadBytes = int64_t{256} << 20;
+
+template <typename T>
+bool plain_loads(const TensorQuantParams<T>& p) {
+  return p.numel * static_cast<int64_t>(sizeof(T)) >= kPlainLoadBytes;
+}
 
 // The codes with the scale in scale[0].
 template <typename T>
@@ -212,7 +212,7 @@ cudaError_t launch_codes(const TensorQuantParams<T>& p, int64_t num_vec, cudaStr
     }
     return launch_code_kernel<T, kVec16<T>, 1>(p, num_vec, stream);
   }
-  if (p.numel * static_cast<int64_t>(sizeof(T)) >= kPlainLoadBytes) {
+  if (plain_loads(p)) {
     return launch_code_kernel<T, kVec16<T>, kUnroll, LoadPolicy::kDefault>(p, num_vec, stream);
   }
   return launch_code_kernel<T, kVec16<T>, kUnroll>(p, num_vec, stream);
@@ -280,11 +280,8 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
       return launch_kernel(tensor_quant_onepass_kernel<T, kSmallVpt, false>, dim3(1), dim3(kSmallThreads), 0, stream,
                            p.enable_pdl, p, num_vec);
     }
-    if (p.numel * static_cast<int64_t>(sizeof(T)) >= kPlainLoadBytes) {
-      SGL_CUDA_TRY((launch_amax_policy<T, LoadPolicy::kDefault>(p, num_vec, stream, 0)));
-    } else {
-      SGL_CUDA_TRY(launch_amax(p, num_vec, stream));
-    }
+    SGL_CUDA_TRY((plain_loads(p) ? launch_amax<T, LoadPolicy::kDefault>(p, num_vec, stream)
+                                 : launch_amax(p, num_vec, stream)));
   }
   return launch_codes(p, num_vec, stream);
 }
