@@ -251,36 +251,43 @@ __global__ void __launch_bounds__(128, (kSw & kLbVar) != 0 ? 1 : 0) lean_kernel(
     return h < hq ? p.q_rope + token * p.q_rope_stride_n + h * p.q_rope_stride_h
                   : p.k_rope + token * p.k_rope_stride_n + (h - hq) * p.k_rope_stride_h;
   };
+  // A batch of up to kBatch heads a lane (steps i0 ...): loaded, then rotated and stored.
+  auto load_batch = [&](int i0, V<T> (&x0)[kBatch], V<T> (&x1)[kBatch]) {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int h = (first_step + i0 + b) * l.slots + slot;
+      if (i0 + b < l.steps && h < l.total_heads) {
+        const T* src = head(h);
+        x0[b] = load_at<LoadPolicy::kDefault>(src, off0);
+        x1[b] = load_at<LoadPolicy::kDefault>(src, off1);
+      }
+    }
+  };
+  auto rotate_store_batch = [&](int i0, V<T> (&x0)[kBatch], V<T> (&x1)[kBatch]) {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int h = (first_step + i0 + b) * l.slots + slot;
+      if (i0 + b < l.steps && h < l.total_heads) {
+        rotate_halves<T>(x0[b], x1[b], c, s);
+        T* dst = head(h);
+        store_at(dst, off0, x0[b]);
+        store_at(dst, off1, x1[b]);
+      }
+    }
+  };
   if constexpr ((kSw & kEarlyHeads) != 0) {
     // The position load first, then the first batch of heads (independent of it), then the
     // position check and the cos/sin loads that depend on it.
     const int64_t pos = static_cast<const int64_t*>(p.pos_ids)[token];
     V<T> x0[kBatch], x1[kBatch];
     for (int i0 = 0; i0 < l.steps; i0 += kBatch) {
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int h = (first_step + i0 + b) * l.slots + slot;
-        if (i0 + b < l.steps && h < l.total_heads) {
-          const T* src = head(h);
-          x0[b] = load_at<LoadPolicy::kDefault>(src, off0);
-          x1[b] = load_at<LoadPolicy::kDefault>(src, off1);
-        }
-      }
+      load_batch(i0, x0, x1);
       if (i0 == 0) {
         if (pos < 0 || pos >= p.max_pos) return;
         const float* row = p.cos_sin_cache + pos * p.rotary_dim;
         load_cos_sin<false>(row, rot_half, 8 * u, 8 * u + 4, true, true, c, s);
       }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int h = (first_step + i0 + b) * l.slots + slot;
-        if (i0 + b < l.steps && h < l.total_heads) {
-          rotate_halves<T>(x0[b], x1[b], c, s);
-          T* dst = head(h);
-          store_at(dst, off0, x0[b]);
-          store_at(dst, off1, x1[b]);
-        }
-      }
+      rotate_store_batch(i0, x0, x1);
     }
     SGL_PDL_LAUNCH_DEPENDENTS();
     return;
@@ -293,25 +300,8 @@ __global__ void __launch_bounds__(128, (kSw & kLbVar) != 0 ? 1 : 0) lean_kernel(
       if (!load_pos_cs()) return;
     }
     V<T> x0[kBatch], x1[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int h = (first_step + i0 + b) * l.slots + slot;
-      if (i0 + b < l.steps && h < l.total_heads) {
-        const T* src = head(h);
-        x0[b] = load_at<LoadPolicy::kDefault>(src, off0);
-        x1[b] = load_at<LoadPolicy::kDefault>(src, off1);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int h = (first_step + i0 + b) * l.slots + slot;
-      if (i0 + b < l.steps && h < l.total_heads) {
-        rotate_halves<T>(x0[b], x1[b], c, s);
-        T* dst = head(h);
-        store_at(dst, off0, x0[b]);
-        store_at(dst, off1, x1[b]);
-      }
-    }
+    load_batch(i0, x0, x1);
+    rotate_store_batch(i0, x0, x1);
   }
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
