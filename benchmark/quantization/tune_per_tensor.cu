@@ -162,6 +162,28 @@ std::vector<Variant> variants(int64_t numel) {
                    return e != cudaSuccess ? e : launch_codes(p, num_vec, s);
                  }});
   }
+  // Session 17 (the code kernel loads its vectors before the PDL wait): "xB pl|nc uU" = the
+  // maximum kernel on B blocks (0: production's count) and the code kernel with U vectors a
+  // thread, both with plain (pl) or ld.global.nc.L1::no_allocate (nc) loads.
+  for (int blocks : {0, 32, 64, 128, 256, 512}) {
+    if (int64_t{blocks} * 256 > num_vec * 2) continue;
+    for (int plain = 0; plain < 2; ++plain) {
+      for (int unroll : {1, 4}) {
+        const std::string name = "x" + std::to_string(blocks) + (plain ? " pl u" : " nc u") + std::to_string(unroll);
+        v.push_back({name, [=](const P& p, cudaStream_t s) {
+                       const cudaError_t e = plain ? launch_amax<T, LoadPolicy::kDefault>(p, num_vec, s, blocks)
+                                                   : launch_amax<T, LoadPolicy::kStream>(p, num_vec, s, blocks);
+                       if (e != cudaSuccess) return e;
+                       if (plain) {
+                         return unroll == 1 ? launch_code_kernel<T, kVec16<T>, 1, LoadPolicy::kDefault>(p, num_vec, s)
+                                            : launch_code_kernel<T, kVec16<T>, 4, LoadPolicy::kDefault>(p, num_vec, s);
+                       }
+                       return unroll == 1 ? launch_code_kernel<T, kVec16<T>, 1, LoadPolicy::kStream>(p, num_vec, s)
+                                          : launch_code_kernel<T, kVec16<T>, 4, LoadPolicy::kStream>(p, num_vec, s);
+                     }});
+      }
+    }
+  }
   // Cooperative grids of up to one block per SM.
   for (int threads : {256, 512, 1024}) {
     for (int vpt : {1, 2, 4}) {

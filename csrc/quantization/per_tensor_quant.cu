@@ -10,7 +10,7 @@
 //   cluster of up to 16 blocks, the blocks' maxima exchanged through distributed shared
 //   memory (without clusters: one block up to 2 vectors per thread, else as below).
 // - Otherwise a reduction kernel folds the maximum into scale[0] with an integer atomicMax,
-//   then the code kernel reads scale[0] after the PDL wait.
+//   then the code kernel reads scale[0] after the PDL wait (its input loaded before it).
 // The kernels walk the tensor as 16-byte vectors when input and output are aligned, with a
 // scalar tail.
 #include <cuda_bf16.h>
@@ -77,12 +77,19 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
 // Codes of vectors of kElems elements (16, 8 or 4 bytes; the tensor's elements [0, num_vec *
 // kElems)), kUnroll vectors per thread; the rest (numel % kElems, or all of a misaligned
 // tensor) by the first block, one element per thread. kLoad: the vectors' cache policy.
-template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream>
+// kPreload (dynamic only: launched right after tensor_amax_kernel): the vectors are loaded
+// before the PDL wait. The input is not written by the maximum kernel, and whatever wrote it
+// before that has finished: this grid launches only once every block of the maximum kernel has
+// passed its own wait (its trigger comes after it). Only the scale needs the wait.
+// The dependents' trigger comes after the vector loads are issued, the scale load after it.
+// NOTE (H200, session 17, bench_per_token_quant.py --no-compile, alternated twice, us at T =
+// 1 / 16 / 128, bf16 H=4096): static 0.90 / 1.02 / 1.41 with the trigger and the scale load
+// right after the wait, 0.86 / 0.96 / 1.15 so; dynamic (per_tensor_dyn_op, with this
+// session's block counts) T=128 2.93 -> 2.42.
+template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream, bool kPreload = false>
 __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   using V = Vec<T, kElems>;
-  SGL_PDL_WAIT();
-  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
-  const float inv = inverse_scale(*p.scale);
+  if constexpr (!kPreload) SGL_PDL_WAIT();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
   V x[kUnroll];
 #pragma unroll
@@ -90,6 +97,9 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
     const int64_t i = base + u * kThreads;
     if (i < num_vec) x[u] = load_vec<V, kLoad>(p.input + i * kElems);
   }
+  if constexpr (kPreload) SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  const float inv = inverse_scale(*p.scale);
   store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kThreads, num_vec, inv, -kFp8Max, kFp8Max, false);
   if (blockIdx.x == 0) {
     for (int64_t j = num_vec * kElems + threadIdx.x; j < p.numel; j += kThreads) {
@@ -102,8 +112,13 @@ template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kS
 cudaError_t launch_code_kernel(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
   const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads * kUnroll));
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad>, dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0,
-                       stream, p.enable_pdl, p, num_vec);
+  const dim3 grid(static_cast<uint32_t>(blocks));
+  if (p.dynamic) {
+    return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, true>, grid, dim3(kThreads), 0, stream,
+                         p.enable_pdl, p, num_vec);
+  }
+  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad>, grid, dim3(kThreads), 0, stream, p.enable_pdl,
+                       p, num_vec);
 }
 
 constexpr int kSmallThreads = 1024;
@@ -170,26 +185,43 @@ int sm_count() {
   return device_sm_count(device);
 }
 
+// The two-kernel path (dynamic) up to this many vectors: the maximum kernel gives each thread
+// two vectors (at least kFewVecBlocks blocks), the code kernel one. Past it, kUnroll vectors a
+// thread in both, the codes with plain loads (the maximum keeps ld.global.nc below
+// kPlainLoadBytes). NOTE (H200, session 17, tune_per_tensor.cu "xB pl|nc uU", bf16 H=4096, us
+// at T = 32 / 64 / 128 / 256 / 1024 / 4096, the code kernel loading before its PDL wait):
+// before (the maximum on num_vec / 1024 blocks, the codes one vector a thread below 132 * 1024
+// vectors, ld.global.nc below 256 MiB) 2.08 / 2.29 / 2.62 / 3.16 / 6.11 / 20.5; maximum on 64 /
+// 64 / 128 blocks, codes one vector a thread: 1.96 / 2.15 / 2.36 (on 32 / 128 / 256 blocks:
+// 2.01 / 2.13 / 2.42); past it, codes with plain loads and kUnroll vectors: T = 256 / 1024 /
+// 4096 2.73 / 4.98 / 17.4 (ld.global.nc: 2.99 / 6.11 / 20.1; one vector a thread at T = 256:
+// 3.18). The maximum kernel with plain loads too: 2.74 / 5.00 / 17.2, and at H=7168 T=4096
+// 37.6 against 35.8.
+constexpr int64_t kFewVec = 65536;  // 1 MiB of bf16
+constexpr int kFewVecBlocks = 64;
+
 // Dynamic: the maximum folded into scale[0] by an atomic; then the codes (below).
 template <typename T, LoadPolicy kLoad = LoadPolicy::kStream>
 cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks = 0) {
   constexpr int kVec = kVec16<T>;
   const int sms = sm_count();
-  // Enough blocks to fill the GPU (8 per SM), few enough that the atomics stay negligible.
-  const int64_t want =
-      std::max<int64_t>(1, ceil_div<int64_t>(std::max(num_vec, p.numel - num_vec * kVec), kThreads * kUnroll));
-  const uint32_t blocks =
-      force_blocks > 0 ? force_blocks : static_cast<uint32_t>(std::min<int64_t>(want, int64_t{sms} * 8));
+  // Enough blocks to fill the GPU (at most 8 per SM), few enough that the atomics stay
+  // negligible; a thread's items (vectors, or tail elements of a misaligned tensor).
+  const int64_t items = std::max(num_vec, p.numel - num_vec * kVec);
+  const int64_t per_block = kThreads * (items <= kFewVec ? 2 : kUnroll);
+  int64_t want = ceil_div<int64_t>(items, per_block);
+  if (items <= kFewVec) want = std::max<int64_t>(want, std::min<int64_t>(kFewVecBlocks, ceil_div<int64_t>(items, kThreads)));
+  const uint32_t blocks = force_blocks > 0 ? force_blocks
+                                           : static_cast<uint32_t>(std::clamp<int64_t>(want, 1, int64_t{sms} * 8));
   return launch_kernel(tensor_amax_kernel<T, kLoad>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p, num_vec);
 }
 
 // Tensors of at least this many input bytes are read with plain loads (ld.global) instead of
-// ld.global.nc.L1::no_allocate, by the maximum and the code kernels. NOTE (H200, session 16,
-// benchmark/quantization/tune_per_tensor.cu, the same buffers every call, us): static codes
-// bf16 H=4096 T=32768 100.7-100.9 -> 91.8-92.1 (4386 GB/s, 104 % of copy), H=7168 T=32768
-// 177.1 -> 162.1; dynamic (both kernels) H=4096 T=32768 170.4 -> 158.4. Smaller tensors were
-// mixed (static H=4096 T=1024 / 4096 3.26 / 12.1 -> 2.51 / 11.75, but H=7168 T=4096 20.1 -> 21.3;
-// dynamic H=4096 T=1024 6.13 -> 6.54, T=4096 19.96 -> 18.51) and keep the nc loads.
+// ld.global.nc.L1::no_allocate by the static code kernel (the dynamic path: kFewVec). NOTE
+// (H200, session 16, benchmark/quantization/tune_per_tensor.cu, the same buffers every call,
+// us): static codes bf16 H=4096 T=32768 100.7-100.9 -> 91.8-92.1 (4386 GB/s, 104 % of copy),
+// H=7168 T=32768 177.1 -> 162.1. Smaller tensors were mixed (static H=4096 T=1024 / 4096
+// 3.26 / 12.1 -> 2.51 / 11.75, but H=7168 T=4096 20.1 -> 21.3) and keep the nc loads.
 constexpr int64_t kPlainLoadBytes = int64_t{256} << 20;
 
 template <typename T>
@@ -197,13 +229,13 @@ bool plain_loads(const TensorQuantParams<T>& p) {
   return p.numel * static_cast<int64_t>(sizeof(T)) >= kPlainLoadBytes;
 }
 
-// The codes with the scale in scale[0].
+// The codes with the scale in scale[0] (dynamic: right after launch_amax).
 template <typename T>
 cudaError_t launch_codes(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
   // NOTE: small tensors get one vector per thread, so that they spread over more SMs; below 64
   // KB of input, 4-byte vectors (16-bit types) or 8-byte ones (fp32) over more threads (as
   // the activations' decode shapes, activation.cu).
-  if (num_vec < int64_t{132} * kThreads * kUnroll) {
+  if (p.dynamic ? num_vec <= kFewVec : num_vec < int64_t{132} * kThreads * kUnroll) {
     constexpr int kNarrow = 2;  // elements: a 4-byte vector (8 bytes for fp32)
     const bool narrow_ok = reinterpret_cast<uintptr_t>(p.input) % (kNarrow * sizeof(T)) == 0 &&
                            reinterpret_cast<uintptr_t>(p.output_q) % kNarrow == 0;
@@ -212,7 +244,7 @@ cudaError_t launch_codes(const TensorQuantParams<T>& p, int64_t num_vec, cudaStr
     }
     return launch_code_kernel<T, kVec16<T>, 1>(p, num_vec, stream);
   }
-  if (plain_loads(p)) {
+  if (p.dynamic || plain_loads(p)) {
     return launch_code_kernel<T, kVec16<T>, kUnroll, LoadPolicy::kDefault>(p, num_vec, stream);
   }
   return launch_code_kernel<T, kVec16<T>, kUnroll>(p, num_vec, stream);

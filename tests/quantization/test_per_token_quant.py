@@ -305,7 +305,8 @@ def test_per_tensor_plain_load_path(is_static, gen):
 # Sizes at the launchers' limits. Dynamic: one block does both passes up to 1024 vectors of 16
 # bytes (elements per vector: 8 for 16-bit types, 4 for fp32); on sm90+ one cluster of 2-16
 # blocks of 256 threads up to 8192 vectors (one vector a thread up to 4096, then two); two
-# kernels beyond (without clusters from 2048 vectors on). Both modes:
+# kernels beyond (without clusters from 2048 vectors on); the two-kernel path changes its block
+# counts, vectors a thread and loads past 65536 vectors (kFewVec). Both modes:
 # below 64 KB of input the code kernel uses 2-element vectors. "tail": numel % vector != 0
 # (scalar tail); "misaligned": the input starts one element past a 16-byte boundary (all
 # scalar: one block up to 1024 elements).
@@ -314,7 +315,8 @@ def _small_numel(dtype) -> int:
 
 
 SIZE_CASES = ["cap", "cap+vec", "cap-1", "small+tail", "narrow_max", "misaligned", "misaligned_big", "block_max",
-              "cluster_min", "cluster_v2", "cluster+tail", "cluster_max", "cluster_max+vec"]
+              "cluster_min", "cluster_v2", "cluster+tail", "cluster_max", "cluster_max+vec", "few_max",
+              "few_max+tail", "misaligned_many"]
 
 
 @pytest.mark.parametrize("case", SIZE_CASES)
@@ -341,6 +343,9 @@ def test_per_tensor_sizes(dtype, mode, where, case, gen):
         "cluster+tail": (5000 * vec + 3, 0),
         "cluster_max": (8192 * vec, 0),
         "cluster_max+vec": (8193 * vec, 0),
+        "few_max": (65536 * vec, 0),
+        "few_max+tail": (65537 * vec + 3, 0),
+        "misaligned_many": (70001, 1),
     }[case]
     base = _rand((numel + offset,), dtype, gen, lo=0.0, hi=0.0).clamp_(-4.0, 4.0)
     x = base[offset:]
