@@ -603,7 +603,8 @@ cudaError_t run_kv(const P& p, cudaStream_t stream) {
   constexpr int kVpt = 1024 / kTpr;
   if (p.hidden != 8192 || p.rows > 256) return cudaErrorNotSupported;
   const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
-  return launch_vec<T, kVpt, kFused, false, kTpr, kLate>(p, rows_inner, kTpr, stream);
+  constexpr PdlTrigger kTrig = kLate ? PdlTrigger::kLate : PdlTrigger::kEarly;
+  return launch_vec<T, kVpt, kFused, false, kTpr, kTrig>(p, rows_inner, kTpr, stream);
 }
 
 // norm.cu's rmsnorm_decode_kernel (one block a row, 8-byte pieces) on any decode row it takes.

@@ -54,10 +54,10 @@ constexpr int kVecBlockThreads = 128;
 // the last (k = kVpt - 1) exists in every lane: only that one is bounds-checked.
 // kTpr > 0: the row is exactly kVpt * kTpr vectors and the group kTpr threads (the launcher
 // checks), known at compile time: no bounds check, constant offsets, an inlined group sum.
-// kLatePdl: trigger the dependent launch after the stores instead of right after the wait.
+// kTrig: where the PDL trigger goes (sgl_kernel/arch.cuh; kAfterLoads: in load_row_sum_sq).
 // kLoad: the cache policy of the row's loads (input and residual; the weight's are plain).
 // Read-only (.nc) loads are out: the fused kernel writes input and residual.
-template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false,
+template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, PdlTrigger kTrig = PdlTrigger::kEarly,
           LoadPolicy kLoad = LoadPolicy::kDefault>
 __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_regs(kVpt))
     rmsnorm_vec_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
@@ -81,10 +81,11 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
   SGL_PDL_WAIT();  // before any input is read (the weight included)
-  if constexpr (!kLatePdl) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   Word4 x[kVpt], w[kVpt];
   float sum_sq = 0.f;
-  if (row_valid) sum_sq = load_row_sum_sq<T, kVpt, kFused, kLoad>(in, res, p.weight, x, w, exists, col);
+  constexpr bool kMid = kTrig == PdlTrigger::kAfterLoads;
+  if (row_valid) sum_sq = load_row_sum_sq<T, kVpt, kFused, kLoad, kMid>(in, res, p.weight, x, w, exists, col);
   // (tpr > 32: at most 2 row groups per 128-thread block, named barriers 1 and 2.)
   sum_sq = row_group_sum(sum_sq, tpr, scratch);
   if (row_valid) {
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
       if (exists(k)) *reinterpret_cast<Word4*>(out + col(k)) = scale_vec<T, kGemma>(x[k], w[k], scale);
     }
   }
-  if constexpr (kLatePdl) SGL_PDL_LAUNCH_DEPENDENTS();
+  if constexpr (kTrig == PdlTrigger::kLate) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Decode kernel (<= 256 rows, hidden a multiple of 512 up to 8192 (fused: 7168), pointers and
@@ -118,7 +119,8 @@ constexpr int64_t kDecodeMaxHidden[2] = {8192, 7168};  // [fused]
 // kCluster (sm90+): a cluster of blocks per row, block r of it holding the r-th slice of
 // blockDim.x / 32 * 512 elements; the blocks' sums of squares are added through distributed
 // shared memory in rank order (cluster_reduce), so every block gets the same scale.
-template <typename T, bool kFused, bool kGemma, bool kCluster = false>
+// kTrig: the PDL trigger right after the wait or once the loads are issued (kDecodeTrigger).
+template <typename T, bool kFused, bool kGemma, bool kCluster = false, PdlTrigger kTrig = PdlTrigger::kEarly>
 __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   constexpr int kE = kDecodeElems, kK = kDecodeChunks;
   __shared__ float scratch[32];
@@ -139,10 +141,12 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
   T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) + part : nullptr;
   T* out = p.out + row_offset(p.out_rows, outer, inner) + part;
   SGL_PDL_WAIT();
-  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  static_assert(kTrig != PdlTrigger::kLate, "not measured");
+  if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   float f[kK][kE];
   Vec<T, kE> w[kK];
-  float sum_sq = decode_row_load<T, kE, kK, kFused>(in, res, p.weight + part, f, w, scratch);
+  float sum_sq =
+      decode_row_load<T, kE, kK, kFused, kTrig == PdlTrigger::kAfterLoads>(in, res, p.weight + part, f, w, scratch);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
     __shared__ float partial[kMaxClusterBlocks];  // cluster_reduce's table
@@ -387,15 +391,31 @@ cudaError_t launch_twopass(const RmsNormParams<T>& p, const FastDivmod& rows_inn
                        dim3(static_cast<uint32_t>(p.rows)), dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner);
 }
 
-template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, bool kLatePdl = false,
+template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, PdlTrigger kTrig = PdlTrigger::kEarly,
           LoadPolicy kLoad = LoadPolicy::kDefault>
 cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int tpr, cudaStream_t stream) {
   const int groups = std::max(1, kVecBlockThreads / tpr);
   const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, groups)));
   const dim3 block(static_cast<uint32_t>(tpr), static_cast<uint32_t>(groups));
-  return launch_kernel(rmsnorm_vec_kernel<T, kVpt, kFused, kGemma, kTpr, kLatePdl, kLoad>, grid, block, 0, stream,
+  return launch_kernel(rmsnorm_vec_kernel<T, kVpt, kFused, kGemma, kTpr, kTrig, kLoad>, grid, block, 0, stream,
                        p.enable_pdl, p, rows_inner);
 }
+
+// The PDL trigger of the decode kernel: once the loads are issued for the fused op on rows
+// longer than 4096, else right after the wait. And of the vector kernel on decode rows of
+// exactly 1024 vectors: once the loads are issued up to kExact1024MidRows rows, else at the
+// end. NOTE (H200, session 17: bf16 decode rows timed as benchmark/harness.py does, one dev
+// build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
+// 128). Decode kernel, right after the wait against after the loads:
+//   plain H=4096  1.20 / 1.27 / 1.29 / 1.33 / 1.55 against 1.29 / 1.29 / 1.30 / 1.42 / 1.77
+//   plain H=8192  1.43 / 1.52 / 1.55 / 1.69 / 2.05 against 1.46 / 1.55 / 1.58 / 1.70 / 2.10
+//   fused H=4096  1.38 / 1.53 / 1.52 / 1.61 / 1.89 against 1.45 / 1.68 / 1.64 / 1.72 / 2.18
+//   fused H=7168  1.75 / 1.93 / 1.94 / 2.03 / 2.42 against 1.70 / 1.83 / 1.86 / 1.97 / 2.36
+// Vector kernel, fused H=8192, at the end against after the loads: 1.80 / 2.00 / 2.01 / 2.15 /
+// 2.49 against 1.69 / 1.84 / 1.89 / 2.09 / 3.16 (2.55 at T=128 on another machine).
+constexpr int64_t kExact1024MidRows = 64;
+bool decode_after_loads(bool fused, int64_t hidden) { return fused && hidden > 4096; }
+bool exact_1024_after_loads(int64_t rows) { return rows <= kExact1024MidRows; }
 
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
 // NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu, /work/.device/1 run):
@@ -454,7 +474,7 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   const int regime = p.rows <= 256 ? 0 : 1;  // decode, many rows
   // Decode rows of exactly 1024 or 2048 vectors (bf16/fp16 H=8192 and 16384, fp32 H=4096 and
   // 8192): 8 vectors a lane with the group size compiled in, and at 1024 the dependents
-  // launched after the stores. NOTE (H200, bf16, tune_rmsnorm.cu "prod", one machine, two
+  // launched after the stores (up to kExact1024MidRows rows once the loads are issued). NOTE (H200, bf16, tune_rmsnorm.cu "prod", one machine, two
   // alternations, us at T=1/16/32/128/256): fused H=8192 1.92/2.03/2.04/2.90/6.16 before (4
   // vectors, group size at run time), 1.90/1.95/1.97/2.72/5.36 compiled in, 1.82/1.94/1.99/
   // 2.48/5.43 also with the late trigger; fused H=16384 T=32/128/256 3.02/5.93/10.97 before,
@@ -477,10 +497,16 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
     }
     if (p.rows >= kKeepRows && hv >= 512) {
       const int tpr = row_group_threads(hv, 8, 1, vec_max_threads(8));
-      if (tpr > 0) return launch_vec<T, 8, kFused, kGemma, 0, false, LoadPolicy::kKeepL2>(p, rows_inner, tpr, stream);
+      if (tpr > 0) {
+        return launch_vec<T, 8, kFused, kGemma, 0, PdlTrigger::kEarly, LoadPolicy::kKeepL2>(p, rows_inner, tpr, stream);
+      }
     }
   }
-  if (regime == 0 && hv == 1024) return launch_vec<T, 8, kFused, kGemma, 128, true>(p, rows_inner, 128, stream);
+  if (regime == 0 && hv == 1024) {
+    return exact_1024_after_loads(p.rows)
+               ? launch_vec<T, 8, kFused, kGemma, 128, PdlTrigger::kAfterLoads>(p, rows_inner, 128, stream)
+               : launch_vec<T, 8, kFused, kGemma, 128, PdlTrigger::kLate>(p, rows_inner, 128, stream);
+  }
   if (regime == 0 && hv == 2048) return launch_vec<T, 8, kFused, kGemma, 256>(p, rows_inner, 256, stream);
   static constexpr int kOrder[2][6] = {{4, 2, 8, 0, 0, 0}, {8, 6, 4, 12, 16, 2}};
   for (const int vpt : kOrder[regime]) {
@@ -626,8 +652,12 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
       }
     }
     if (p.hidden <= kDecodeMaxHidden[kFused]) {
-      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)),
-                           dim3(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32)), 0, stream, p.enable_pdl, p,
+      const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32));
+      if (decode_after_loads(kFused, p.hidden)) {
+        return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, PdlTrigger::kAfterLoads>, grid, block, 0,
+                             stream, p.enable_pdl, p, rows_inner);
+      }
+      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl, p,
                            rows_inner);
     }
   }

@@ -176,12 +176,17 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // / 8 k heads, D = R = 128, PDL on): T = 1/16/128 1.82/1.93/2.39 us with every branch kept and
 // 64-bit warp arithmetic, 1.64/1.69/2.09 without (1.99/2.04/2.50 with PDL off, the wrapper's
 // default); session 15 (H200) took it further, see the notes in the lean path and RopePlan.
-// PDL trigger: right after the wait in the lean path, at the end in the general path.
-// NOTE (H200, session 16, bench_rope.py --no-compile, the trigger at the end (A) against right
-// after the wait (B), alternated A B A B, us at T = 1 / 16 / 128): rope_pdl (the lean path)
-// 1.40 / 1.50 / 1.93 -> 1.20 / 1.39 / 1.70; rope_kv (the general path, PDL by default) 1.43 /
-// 1.56 / 2.03 -> 1.44 / 1.65 / 2.12, so the general path keeps it at the end. Without PDL (the
-// wrapper's default without the KV write) the trigger does nothing.
+// PDL trigger: in the lean path once a batch's head loads are issued (PdlTrigger::kAfterLoads;
+// from kLongTokens tokens again for each batch, which changes nothing), at the end in the
+// general path. NOTE (H200, session 16, bench_rope.py --no-compile, the trigger at the end (A)
+// against right after the wait (B), alternated A B A B, us at T = 1 / 16 / 128): rope_pdl (the
+// lean path) 1.40 / 1.50 / 1.93 -> 1.20 / 1.39 / 1.70; rope_kv (the general path, PDL by
+// default) 1.43 / 1.56 / 2.03 -> 1.44 / 1.65 / 2.12. Session 17 (H200, alternated twice on one
+// machine): after the loads, rope_pdl 1.22 / 1.38 / 1.70 -> 1.19 / 1.29 / 1.64 (against right
+// after the wait, .bundle's ab_trig.py); rope_kv after the loads against at the end read 1.42 /
+// 1.52-1.56 / 2.40 against 1.44 / 1.58 / 2.02-2.03 in bench_rope.py, while the same graphs built
+// by ab_trig.py read 1.47 / 1.58 / 2.12 against 1.62 / 1.76 / 2.13: the bench decides (its T=128).
+// Without PDL (the wrapper's default without the KV write) the trigger does nothing.
 // Below kLongTokens tokens the launcher caps steps at kBatch and the loop over batches below
 // runs once; from there on a warp may take up to kLongSteps heads in several batches.
 // kKeep: the heads are loaded under an L2 evict_last policy (plan_rope: many tokens).
@@ -190,9 +195,6 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
   constexpr LoadPolicy kLoad = kKeep ? LoadPolicy::kKeepL2 : LoadPolicy::kDefault;
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");
   SGL_PDL_WAIT();
-  // The dependents launch right after the wait in the lean path, at the end in the general
-  // path (kGeneral's NOTE).
-  if constexpr (!kGeneral) SGL_PDL_LAUNCH_DEPENDENTS();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   // 32-bit: the launcher keeps nnz * chunks below 2^32.
   const uint32_t warp = blockIdx.x * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
@@ -263,6 +265,7 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
           x1[b] = load_at<kLoad>(src, off1);
         }
       }
+      SGL_PDL_LAUNCH_DEPENDENTS();  // once the loads are issued (kGeneral's NOTE)
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         const int h = (first_step + i0 + b) * l.slots + slot;

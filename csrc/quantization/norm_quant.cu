@@ -232,7 +232,16 @@ constexpr int kDecodeMaxThreads = 1024;
 // kCluster (sm90+, norm only; kSplit = 1): a cluster of blocks per row, block r holding the r-th
 // slice of blockDim.x / 32 * 512 elements (whole groups); the sums of squares are added
 // through distributed shared memory (cluster_reduce), so every block gets the same rstd.
-template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1>
+// kTrig: the PDL trigger right after the wait, or (with the norm) once the loads are issued.
+// The fused op takes the latter, the plain norm op and the plain quant the former. NOTE (H200,
+// session 17: decode rows timed as benchmark/harness.py does, one dev build choosing the
+// placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 / 128, right after the
+// wait against after the loads): add_rmsnorm_q H=4096 1.65 / 1.78 / 1.81 / 1.86 / 2.06 against
+// 1.63 / 1.73 / 1.79 / 1.83 / 2.06; add_rmsnorm_ue8m0 H=7168 2.12 / 2.25 / 2.28 / 2.37 / 2.66
+// against 2.08 / 2.17 / 2.20 / 2.32 / 2.65. The plain op (another run, T = 1 / 16 / 128):
+// rmsnorm_q_ue8m0 H=7168 1.45 / 1.61 / 2.17 against 1.57 / 1.71 / 2.19.
+template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
+          PdlTrigger kTrig = PdlTrigger::kEarly>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
   constexpr int kElems = 4;  // elements of a group a lane holds: 8 bytes of 16-bit input, 16 of fp32
   constexpr int kK = kDecodeGroupsPerLane;
@@ -257,7 +266,8 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
   SGL_PDL_WAIT();
-  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  static_assert(kTrig == PdlTrigger::kEarly || (kNorm && kTrig == PdlTrigger::kAfterLoads), "not measured");
+  if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).
   const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
   const int64_t part = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
@@ -267,7 +277,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   V w[kNorm ? kK : 1];
   float rstd = 1.f;
   if constexpr (kNorm) {
-    float sum_sq = decode_row_load<T, kElems, kK, kFused>(
+    float sum_sq = decode_row_load<T, kElems, kK, kFused, kTrig == PdlTrigger::kAfterLoads>(
         p.input + row * p.input_stride + part, kFused ? p.residual + row * p.residual_stride + part : nullptr,
         p.weight + part, f, w, scratch, owned);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -419,10 +429,12 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
                                    0, stream, p.enable_pdl, p);
   }
   if (fused) {
-    return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32>, grid, block, 0, stream,
-                                   p.enable_pdl, p)
-                   : launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0>, grid, block, 0,
-                                   stream, p.enable_pdl, p);
+    constexpr PdlTrigger kAfter = PdlTrigger::kAfterLoads;
+    return row_f32
+               ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, kAfter>, grid,
+                               block, 0, stream, p.enable_pdl, p)
+               : launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kAfter>,
+                               grid, block, 0, stream, p.enable_pdl, p);
   }
   return row_f32 ? launch_norm_decode_split<T, DecodeScales::kRowF32>(p, split, grid, block, stream)
                  : launch_norm_decode_split<T, DecodeScales::kPackedUe8m0>(p, split, grid, block, stream);

@@ -30,6 +30,23 @@
 // 0.56 -> 0.74 us; RoPE T=16 1.60 -> 1.78), and so did RoPE's boundary with the trigger at its
 // end in the torch process; the bench, and any serving engine, run in that state
 // (tune_rope.cu --pollute reproduces it without torch; benchmark/RESULTS.md, session 16).
+//
+// Session 17 (H200; decode rows timed as benchmark/harness.py does, placements alternated twice
+// on one machine, us at T = 1 / 16 / 128): a third placement, once the kernel's loads are
+// issued and before their first use (PdlTrigger::kAfterLoads), beat right after the wait for
+// silu_and_mul d=14336 (0.81 / 1.02 / 2.28 -> 0.76 / 0.98 / 2.11), RoPE's in-place path (1.22 /
+// 1.38 / 1.70 -> 1.19 / 1.29 / 1.64), the per-tensor maximum kernel (T=128 2.41 -> 2.32) and
+// the fused norm + quant decode kernel (add, UE8M0, H=7168: 2.12 / 2.25 / 2.66 -> 2.08 / 2.17 /
+// 2.65). RMSNorm: after the loads for the fused decode kernel on rows of 7168 and the vector
+// kernel on 1024-vector rows up to 64 rows; right after the wait stays for rows of 4096 and
+// the plain op (0.1-0.3 us slower after the loads), and concat_mla_k keeps its placements.
+// RoPE's general path keeps the end: after the loads it read 1.42 / 1.52 / 2.40 against 1.44 /
+// 1.58 / 2.02 in bench_rope.py, though the same graphs outside the bench read alike at T=128
+// (rope.cu's NOTE). Details in the kernels' NOTEs.
+namespace sgl_kernel {
+enum class PdlTrigger { kEarly, kAfterLoads, kLate };
+}  // namespace sgl_kernel
+
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define SGL_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define SGL_PDL_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" :::)

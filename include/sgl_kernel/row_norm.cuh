@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
 #include "sgl_kernel/words.cuh"
@@ -59,12 +60,14 @@ __device__ __forceinline__ Word4 scale_vec(const Word4& x, const Word4& w, float
 
 // Loads the row (x), the residual (fused) and the weight (w) of this lane, in that order and
 // all before any store; with kFused, x <- x + residual rounded to T and stored back to the
-// residual. Returns the lane's sum of squares of x (fp32).
+// residual. Returns the lane's sum of squares of x (fp32). kTrigger: the PDL trigger once the
+// loads are issued (PdlTrigger::kAfterLoads).
 // NOTE: a store to the output or the residual may alias the weight for all the compiler knows,
 // so a weight load placed after a store waits out its full latency, one round trip per vector
 // (16 vectors per lane, rmsnorm T=1 H=4096: 4.80 us against 1.62 with the weight loaded
 // first; benchmark/elementwise/tune_rmsnorm.cu, "prod-k v16 chain" against "g v16 pre").
-template <typename T, int kVpt, bool kFused, LoadPolicy kLoad = LoadPolicy::kDefault, typename Exists, typename Col>
+template <typename T, int kVpt, bool kFused, LoadPolicy kLoad = LoadPolicy::kDefault, bool kTrigger = false,
+          typename Exists, typename Col>
 __device__ __forceinline__ float load_row_sum_sq(const T* in, T* res, const T* weight, Word4 (&x)[kVpt],
                                                  Word4 (&w)[kVpt], Exists exists, Col col) {
   Word4 r[kFused ? kVpt : 1];
@@ -82,6 +85,7 @@ __device__ __forceinline__ float load_row_sum_sq(const T* in, T* res, const T* w
   for (int k = 0; k < kVpt; ++k) {
     if (exists(k)) w[k] = load_vec<Word4>(weight + col(k));
   }
+  if constexpr (kTrigger) SGL_PDL_LAUNCH_DEPENDENTS();
   float sum_sq = 0.f;
 #pragma unroll
   for (int k = 0; k < kVpt; ++k) {
@@ -152,8 +156,9 @@ __device__ __forceinline__ int decode_col(int k) {
 // residual) and of the weight, all loads before any store; f: the row in fp32. Returns the
 // row's sum of squares, summed over the block (every thread of the block must call it).
 // owned = false (warp-uniform; split rows, where several blocks read a row for its sum and
-// each writes its own part): the warp loads no weight and stores no residual.
-template <typename T, int kElems, int kK, bool kFused>
+// each writes its own part): the warp loads no weight and stores no residual. kTrigger: the PDL
+// trigger once the loads are issued (PdlTrigger::kAfterLoads).
+template <typename T, int kElems, int kK, bool kFused, bool kTrigger = false>
 __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* weight, float (&f)[kK][kElems],
                                                  Vec<T, kElems> (&w)[kK], float* scratch, bool owned = true) {
   using V = Vec<T, kElems>;
@@ -168,6 +173,7 @@ __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* w
 #pragma unroll
     for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(weight + decode_col<kElems, kK>(k));
   }
+  if constexpr (kTrigger) SGL_PDL_LAUNCH_DEPENDENTS();
   float sum_sq = 0.f;
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
