@@ -47,7 +47,7 @@ __device__ __forceinline__ float activate(float x) {
 // (u < kUnroll); all loads are issued before the first use, so each thread keeps
 // 2 * kUnroll loads in flight. Narrow vectors (4 or 8 bytes) spread decode-sized inputs over
 // more threads and blocks. kTrig: where the PDL trigger goes (sgl_kernel/arch.cuh). NOTE (H200,
-// session 17: silu_and_mul bf16 d=14336 timed as benchmark/harness.py does, one dev build
+// session 17: silu_and_mul bf16 d=14336 timed by tools/decode_rows.py, one dev build
 // choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 / 128): right
 // after the wait 0.81 / 1.02 / 1.38 / 1.91 / 2.28, after the loads 0.76 / 0.98 / 1.18 / 1.62 /
 // 2.11, at the end 0.81 / 1.04 / 1.34 / 1.77 / 2.28.

@@ -404,7 +404,7 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // The PDL trigger of the decode kernel: once the loads are issued for the fused op on rows
 // longer than 4096, else right after the wait. And of the vector kernel on decode rows of
 // exactly 1024 vectors: once the loads are issued up to kExact1024MidRows rows, else at the
-// end. NOTE (H200, session 17: bf16 decode rows timed as benchmark/harness.py does, one dev
+// end. NOTE (H200, session 17: bf16 decode rows timed by tools/decode_rows.py, one dev
 // build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
 // 128). Decode kernel, right after the wait against after the loads:
 //   plain H=4096  1.20 / 1.27 / 1.29 / 1.33 / 1.55 against 1.29 / 1.29 / 1.30 / 1.42 / 1.77
@@ -474,17 +474,17 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
   const int regime = p.rows <= 256 ? 0 : 1;  // decode, many rows
   // Decode rows of exactly 1024 or 2048 vectors (bf16/fp16 H=8192 and 16384, fp32 H=4096 and
   // 8192): 8 vectors a lane with the group size compiled in, and at 1024 the dependents
-  // launched after the stores (up to kExact1024MidRows rows once the loads are issued). NOTE (H200, bf16, tune_rmsnorm.cu "prod", one machine, two
-  // alternations, us at T=1/16/32/128/256): fused H=8192 1.92/2.03/2.04/2.90/6.16 before (4
-  // vectors, group size at run time), 1.90/1.95/1.97/2.72/5.36 compiled in, 1.82/1.94/1.99/
-  // 2.48/5.43 also with the late trigger; fused H=16384 T=32/128/256 3.02/5.93/10.97 before,
-  // 2.96/5.64/9.70 compiled in, 3.26/6.26/9.57 with the late trigger (kept early there); plain
-  // H=16384 2.27/3.22/6.51 before, 2.16/3.07/4.92 compiled in. 8 vectors with the group size at
-  // run time were slower than 4 (fused H=8192 2.03/2.24/2.30/2.76 at T=1/16/32/128, another
-  // machine where 4 vectors gave 1.79/2.04/2.08/2.61). bench_norm.py, one H200, the trigger
-  // early / late alternated twice (fused H=8192 T=1/16/128): 1.79/1.96/2.54 / 1.83/1.98/2.48.
-  // (For the norm + quant decode kernel the bench contradicted the tune's late-trigger gain:
-  // RESULTS.md, session 12.)
+  // launched after the stores (up to kExact1024MidRows rows once the loads are issued). NOTE
+  // (H200, bf16, tune_rmsnorm.cu "prod", one machine, two alternations, us at
+  // T=1/16/32/128/256): fused H=8192 1.92/2.03/2.04/2.90/6.16 before (4 vectors, group size at
+  // run time), 1.90/1.95/1.97/2.72/5.36 compiled in, 1.82/1.94/1.99/2.48/5.43 also with the
+  // late trigger; fused H=16384 T=32/128/256 3.02/5.93/10.97 before, 2.96/5.64/9.70 compiled
+  // in, 3.26/6.26/9.57 with the late trigger (kept early there); plain H=16384 2.27/3.22/6.51
+  // before, 2.16/3.07/4.92 compiled in. 8 vectors with the group size at run time were slower
+  // than 4 (fused H=8192 2.03/2.24/2.30/2.76 at T=1/16/32/128, another machine where 4 vectors
+  // gave 1.79/2.04/2.08/2.61). bench_norm.py, one H200, the trigger early / late alternated
+  // twice (fused H=8192 T=1/16/128): 1.79/1.96/2.54 / 1.83/1.98/2.48. (For the norm + quant
+  // decode kernel the bench contradicted the tune's late-trigger gain: RESULTS.md, session 12.)
   // The plain op from 16384 rows of 512 vectors or more: 8 vectors a lane, the row loaded under
   // an L2 evict_last policy (kKeepRows' NOTE). The fused op takes the two-pass kernel there.
   if constexpr (!kFused) {

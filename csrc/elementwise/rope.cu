@@ -183,9 +183,9 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // lean path) 1.40 / 1.50 / 1.93 -> 1.20 / 1.39 / 1.70; rope_kv (the general path, PDL by
 // default) 1.43 / 1.56 / 2.03 -> 1.44 / 1.65 / 2.12. Session 17 (H200, alternated twice on one
 // machine): after the loads, rope_pdl 1.22 / 1.38 / 1.70 -> 1.19 / 1.29 / 1.64 (against right
-// after the wait, .bundle's ab_trig.py); rope_kv after the loads against at the end read 1.42 /
+// after the wait, tools/decode_rows.py); rope_kv after the loads against at the end read 1.42 /
 // 1.52-1.56 / 2.40 against 1.44 / 1.58 / 2.02-2.03 in bench_rope.py, while the same graphs built
-// by ab_trig.py read 1.47 / 1.58 / 2.12 against 1.62 / 1.76 / 2.13: the bench decides (its T=128).
+// by tools/decode_rows.py read 1.47 / 1.58 / 2.12 against 1.62 / 1.76 / 2.13: the bench decides.
 // Without PDL (the wrapper's default without the KV write) the trigger does nothing.
 // Below kLongTokens tokens the launcher caps steps at kBatch and the loop over batches below
 // runs once; from there on a warp may take up to kLongSteps heads in several batches.

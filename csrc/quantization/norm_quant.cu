@@ -234,7 +234,7 @@ constexpr int kDecodeMaxThreads = 1024;
 // through distributed shared memory (cluster_reduce), so every block gets the same rstd.
 // kTrig: the PDL trigger right after the wait, or (with the norm) once the loads are issued.
 // The fused op takes the latter, the plain norm op and the plain quant the former. NOTE (H200,
-// session 17: decode rows timed as benchmark/harness.py does, one dev build choosing the
+// session 17: decode rows timed by tools/decode_rows.py, one dev build choosing the
 // placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 / 128, right after the
 // wait against after the loads): add_rmsnorm_q H=4096 1.65 / 1.78 / 1.81 / 1.86 / 2.06 against
 // 1.63 / 1.73 / 1.79 / 1.83 / 2.06; add_rmsnorm_ue8m0 H=7168 2.12 / 2.25 / 2.28 / 2.37 / 2.66

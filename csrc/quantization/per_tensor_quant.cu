@@ -212,7 +212,9 @@ cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStre
   const int64_t items = std::max(num_vec, p.numel - num_vec * kVec);
   const int64_t per_block = kThreads * (items <= kFewVec ? 2 : kUnroll);
   int64_t want = ceil_div<int64_t>(items, per_block);
-  if (items <= kFewVec) want = std::max<int64_t>(want, std::min<int64_t>(kFewVecBlocks, ceil_div<int64_t>(items, kThreads)));
+  if (items <= kFewVec) {
+    want = std::max<int64_t>(want, std::min<int64_t>(kFewVecBlocks, ceil_div<int64_t>(items, kThreads)));
+  }
   const uint32_t blocks = force_blocks > 0 ? force_blocks
                                            : static_cast<uint32_t>(std::clamp<int64_t>(want, 1, int64_t{sms} * 8));
   return launch_kernel(tensor_amax_kernel<T, kLoad>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p, num_vec);
