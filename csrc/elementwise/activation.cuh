@@ -46,13 +46,12 @@ __device__ __forceinline__ float activate(float x) {
 // vectors. Thread t of block b handles vectors b * kThreads * kUnroll + u * kThreads + t
 // (u < kUnroll); all loads are issued before the first use, so each thread keeps
 // 2 * kUnroll loads in flight. Narrow vectors (4 or 8 bytes) spread decode-sized inputs over
-// more threads and blocks. kTrig: where the PDL trigger goes (sgl_kernel/arch.cuh). NOTE (H200,
-// session 17: silu_and_mul bf16 d=14336 timed by tools/decode_rows.py, one dev build
-// choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 / 128): right
-// after the wait 0.81 / 1.02 / 1.38 / 1.91 / 2.28, after the loads 0.76 / 0.98 / 1.18 / 1.62 /
-// 2.11, at the end 0.81 / 1.04 / 1.34 / 1.77 / 2.28.
-template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, LoadPolicy kLoad,
-          PdlTrigger kTrig = PdlTrigger::kAfterLoads>
+// more threads and blocks. The PDL trigger goes once the loads are issued (sgl_kernel/arch.cuh).
+// NOTE (H200, session 17: silu_and_mul bf16 d=14336 timed by tools/decode_rows.py, one dev
+// build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
+// 128): right after the wait 0.81 / 1.02 / 1.38 / 1.91 / 2.28, after the loads 0.76 / 0.98 /
+// 1.18 / 1.62 / 2.11, at the end 0.81 / 1.04 / 1.34 / 1.77 / 2.28.
+template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, LoadPolicy kLoad>
 __global__ void __launch_bounds__(kThreads)
     act_and_mul_vec_kernel(T* __restrict__ out,          // [rows, d]
                            const T* __restrict__ input,  // [rows, 2 * d]
@@ -60,7 +59,6 @@ __global__ void __launch_bounds__(kThreads)
                            uint32_t total_vec) {         // rows * d_vec
   using V = Vec<T, kVecElems>;
   SGL_PDL_WAIT();
-  if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
   const int64_t half = static_cast<int64_t>(d_vec.divisor) * kVecElems;  // d
   V a[kUnroll], b[kUnroll];
@@ -75,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
       b[u] = load_vec<V, kLoad>(x + half);
     }
   }
-  if constexpr (kTrig == PdlTrigger::kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
+  SGL_PDL_LAUNCH_DEPENDENTS();  // PdlTrigger::kAfterLoads
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const uint32_t i = base + u * kThreads;
@@ -88,7 +86,6 @@ __global__ void __launch_bounds__(kThreads)
       *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * kVecElems) = o;
     }
   }
-  if constexpr (kTrig == PdlTrigger::kLate) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Scalar path: any d, any alignment, any size (64-bit indices, grid-stride loop).
