@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "elementwise/activation.cuh"
@@ -42,16 +43,22 @@ __device__ __forceinline__ void load_halves(const T* input, const FastDivmod& d_
 // reads both halves and writes a + b (the same bytes as silu_and_mul, no transcendental),
 // 1 reads both halves and writes only where the sum is a NaN (reads alone), 2 writes a
 // constant (writes alone).
-template <int kThreads, int kMode>
+// The PDL trigger: right after the wait, or once the loads are issued (kAfterLoads, as
+// production's vector kernel).
+template <int kThreads, int kMode, bool kAfterLoads = false>
 __global__ void __launch_bounds__(kThreads) floor_kernel(T* __restrict__ out, const T* __restrict__ input,
                                                          FastDivmod d_vec, uint32_t total_vec) {
   using V = Vec<T, 8>;
   SGL_PDL_WAIT();
-  SGL_PDL_LAUNCH_DEPENDENTS();
+  if constexpr (!kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
   const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
-  if (i >= total_vec) return;
+  if (i >= total_vec) {
+    if constexpr (kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
+    return;
+  }
   V o;
   if constexpr (kMode == 2) {
+    if constexpr (kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
 #pragma unroll
     for (int k = 0; k < 8; ++k) o[k] = from_float<T>(1.0f);
     *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * 8) = o;
@@ -59,6 +66,7 @@ __global__ void __launch_bounds__(kThreads) floor_kernel(T* __restrict__ out, co
   } else {
     V a, b;
     load_halves(input, d_vec, i, a, b);
+    if constexpr (kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
     float acc = 0.f;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
@@ -135,31 +143,77 @@ __device__ __forceinline__ void silu_pair(float x0, float x1, float& y0, float& 
     y1 = x1 * __frcp_rn(1.0f + __high2float(eh));
   }
 }
+// Mode 6: four values with one reciprocal between them. 1 / d_j for the denominators
+// d_j = 1 + e^-x_j comes from r = 1 / (d0 d1 d2 d3) and products of the others
+// (1 / d0 = r (d2 d3) d1): 5 multi-function-unit ops per 4 values instead of 8. The product
+// must stay below 1e37 so that its reciprocal is normal (rcp.approx.ftz flushes below
+// 2^-126); past that (x < ~-21 on average) and for inf / NaN, one by one.
+__device__ __forceinline__ void silu4_shared_rcp(const float (&x)[4], float (&y)[4]) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float d[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) d[j] = 1.0f + ex2_approx(-x[j] * kLog2e);
+  const float p01 = d[0] * d[1], p23 = d[2] * d[3], p = p01 * p23;
+  if (__builtin_expect(p < 1e37f, 1)) {  // false for inf and NaN
+    const float r = rcp_approx(p);
+    const float r01 = r * p23, r23 = r * p01;
+    y[0] = x[0] * (r01 * d[1]);
+    y[1] = x[1] * (r01 * d[0]);
+    y[2] = x[2] * (r23 * d[3]);
+    y[3] = x[3] * (r23 * d[2]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) y[j] = __fdividef(x[j], d[j]);
+  }
+}
+// Four values at a time: modes 0-4 as two pairs, mode 6 above.
 template <int kMode>
+__device__ __forceinline__ void silu_quad(const float (&x)[4], float (&y)[4]) {
+  if constexpr (kMode == 6) {
+    silu4_shared_rcp(x, y);
+  } else {
+    silu_pair<kMode>(x[0], x[1], y[0], y[1]);
+    silu_pair<kMode>(x[2], x[3], y[2], y[3]);
+  }
+}
+// kAfterLoads: the PDL trigger once the loads are issued, as production's vector kernel.
+template <int kMode, bool kAfterLoads = false>
 __global__ void __launch_bounds__(256) silu_mode_kernel(T* __restrict__ out, const T* __restrict__ input,
                                                         FastDivmod d_vec, uint32_t total_vec) {
   using V = Vec<T, 8>;
   SGL_PDL_WAIT();
-  SGL_PDL_LAUNCH_DEPENDENTS();
+  if constexpr (!kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
   const uint32_t i = blockIdx.x * 256 + threadIdx.x;
-  if (i >= total_vec) return;
+  if (i >= total_vec) {
+    if constexpr (kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
+    return;
+  }
   V a, b;
   load_halves(input, d_vec, i, a, b);
+  if constexpr (kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
   V o;
 #pragma unroll
-  for (int k = 0; k < 8; k += 2) {
-    float y0, y1;
-    silu_pair<kMode>(to_float(a[k]), to_float(a[k + 1]), y0, y1);
-    o[k] = from_float<T>(y0 * to_float(b[k]));
-    o[k + 1] = from_float<T>(y1 * to_float(b[k + 1]));
+  for (int k = 0; k < 8; k += 4) {
+    float x[4], y[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = to_float(a[k + j]);
+    silu_quad<kMode>(x, y);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[k + j] = from_float<T>(y[j] * to_float(b[k + j]));
   }
   *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * 8) = o;
 }
-// Accuracy of a formulation: silu of n points in fp32.
+// Accuracy of a formulation: silu of n points in fp32 (n a multiple of 4).
 template <int kMode>
 __global__ void silu_points_kernel(const float* x, float* y, int n) {
-  const int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (i + 1 < n) silu_pair<kMode>(x[i], x[i + 1], y[i], y[i + 1]);
+  const int i = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (i + 3 < n) {
+    const float xs[4] = {x[i], x[i + 1], x[i + 2], x[i + 3]};
+    float ys[4];
+    silu_quad<kMode>(xs, ys);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) y[i + j] = ys[j];
+  }
 }
 
 static float median(std::vector<float> v) {
@@ -177,12 +231,17 @@ static void launch(const Variant& v, T* out, const T* in, int64_t rows, int64_t 
                    uint32_t(total_vec)));
 }
 
-int main() {
+int main(int argc, char** argv) {
   using LP = LoadPolicy;
-  using SP = StorePolicy;
-  // The four production shapes of activation.cu first, then alternatives.
+  // --rounds N: each timing section runs N times over all its variants (alternated, so a
+  // clock drift shows as a round-to-round difference rather than a variant difference).
+  int rounds = 1;
+  for (int a = 1; a + 1 < argc; ++a)
+    if (std::string(argv[a]) == "--rounds") rounds = std::max(1, std::atoi(argv[a + 1]));
+  // The four production shapes of activation.cu first, then alternatives; every variant of
+  // this list computes production's silu (the bitwise agreement check below).
   const std::vector<Variant> variants = {
-      VARIANT(256, 8, 2, LP::kDefault, "large: t256 16B u2"),
+      VARIANT(512, 8, 2, LP::kDefault, "large: t512 16B u2"),
       VARIANT(256, 8, 1, LP::kStream, "mid: t256 16B u1 nc"),
       VARIANT(256, 4, 1, LP::kStream, "mid-small: t256 8B u1 nc"),
       VARIANT(256, 2, 1, LP::kStream, "small: t256 4B u1 nc"),
@@ -194,16 +253,44 @@ int main() {
       VARIANT(512, 8, 1, LP::kStream, "t512 16B u1 nc"),
       VARIANT(128, 8, 2, LP::kStream, "t128 16B u2 nc"),
       VARIANT(1024, 8, 1, LP::kStream, "t1024 16B u1 nc"),
+      VARIANT(256, 8, 4, LP::kStream, "t256 16B u4 nc"),
+      VARIANT(128, 8, 4, LP::kStream, "t128 16B u4 nc"),
+      VARIANT(512, 8, 2, LP::kStream, "t512 16B u2 nc"),
+      VARIANT(256, 8, 1, LP::kStreamPrefetch, "t256 16B u1 nc L2::256B"),
+      VARIANT(128, 8, 2, LP::kDefault, "t128 16B u2"),
+      VARIANT(256, 8, 2, LP::kDefault, "t256 16B u2"),
+      VARIANT(1024, 8, 2, LP::kDefault, "t1024 16B u2"),
+      VARIANT(512, 8, 1, LP::kDefault, "t512 16B u1"),
+      VARIANT(512, 8, 4, LP::kDefault, "t512 16B u4"),
+      VARIANT(1024, 8, 1, LP::kDefault, "t1024 16B u1"),
+      VARIANT(256, 8, 4, LP::kDefault, "t256 16B u4"),
+      VARIANT(256, 8, 2, LP::kEvictFirst, "t256 16B u2 ld.cs"),
+      VARIANT(256, 8, 2, LP::kPrefetch, "t256 16B u2 ld.L2::256B"),
+  };
+  const size_t n_agree = variants.size();
+  // Other silu formulations and the floors (they compute something else).
+  const std::vector<Variant> others = {
       Variant{"silu1 tanh.approx", silu_mode_kernel<1>, 256, 1, 8},
       Variant{"silu2 ex2 + newton rcp", silu_mode_kernel<2>, 256, 1, 8},
       Variant{"silu3 ex2.f16x2 + rcp", silu_mode_kernel<3>, 256, 1, 8},
       Variant{"silu0 (mid, as a mode)", silu_mode_kernel<0>, 256, 1, 8},
       Variant{"silu4 ex2 + rcp.approx", silu_mode_kernel<4>, 256, 1, 8},
+      Variant{"silu0 trig after loads", silu_mode_kernel<0, true>, 256, 1, 8},
+      Variant{"silu6 rcp/4, trig after loads", silu_mode_kernel<6, true>, 256, 1, 8},
       Variant{"floor: read 2 + write 1", floor_kernel<256, 0>, 256, 1, 8},
       Variant{"floor: reads only", floor_kernel<256, 1>, 256, 1, 8},
       Variant{"floor: writes only", floor_kernel<256, 2>, 256, 1, 8},
+      Variant{"floor: read 2 + write 1, trig after loads", floor_kernel<256, 0, true>, 256, 1, 8},
+      Variant{"floor: reads only, trig after loads", floor_kernel<256, 1, true>, 256, 1, 8},
   };
-  const size_t n_agree = variants.size() - 8;  // the silu modes and the floors compute something else
+  // Prefill timing: 16-byte variants with plain or streaming loads, and the floor.
+  std::vector<Variant> prefill;
+  for (const Variant& v : variants)
+    if (v.vec_elems == 8) prefill.push_back(v);
+  prefill.push_back(others[7]);
+  // Decode timing: everything.
+  std::vector<Variant> decode = variants;
+  decode.insert(decode.end(), others.begin(), others.end());
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   CK(cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, 0));
@@ -244,10 +331,11 @@ int main() {
   tune_common::fill_bf16_kernel<<<4096, 256, 0, s>>>(pool, budget / sizeof(T), 1234u, -4.0f, 8.0f);
   CK(cudaGetLastError());
 
-  std::printf("\n%-30s", "variant \\ (rows x d) GB/s");
+  for (int round = 0; round < rounds; ++round) {
+  std::printf("\n%-30s", round == 0 ? "variant \\ (rows x d) GB/s" : "(next round)");
   for (const Shape& sh : shapes) std::printf(" %7ldx%-6ld", long(sh.rows), long(sh.d));
   std::printf("\n");
-  for (const Variant& v : variants) {
+  for (const Variant& v : prefill) {
     std::printf("%-30s", v.name);
     for (const Shape& sh : shapes) {
       const size_t in_elems = size_t(sh.rows) * 2 * sh.d, out_elems = size_t(sh.rows) * sh.d;
@@ -269,6 +357,7 @@ int main() {
       std::printf(" %14.0f", double(set_bytes) / (median(ts) * 1e-3) / 1e9);
     }
     std::printf("\n");
+  }
   }
 
   // Correctness across variants: all must produce bit-identical outputs.
@@ -299,7 +388,14 @@ int main() {
     xs.push_back(INFINITY);
     xs.push_back(NAN);
     xs.push_back(0.0f);
-    if (xs.size() % 2) xs.push_back(1.0f);
+    // Each special value beside finite ones in a quad (mode 6 shares a reciprocal in quads).
+    for (float sv : {-INFINITY, INFINITY, NAN}) {
+      xs.push_back(1.5f);
+      xs.push_back(sv);
+      xs.push_back(-2.0f);
+      xs.push_back(30.0f);
+    }
+    while (xs.size() % 4) xs.push_back(1.0f);
     const int n = int(xs.size());
     float *dx, *dy;
     CK(cudaMalloc(&dx, n * 4));
@@ -307,12 +403,13 @@ int main() {
     CK(cudaMemcpy(dx, xs.data(), n * 4, cudaMemcpyHostToDevice));
     std::vector<float> ys(n);
     using PointsFn = void (*)(const float*, float*, int);
-    const PointsFn fns[5] = {silu_points_kernel<0>, silu_points_kernel<1>, silu_points_kernel<2>, silu_points_kernel<3>,
-                             silu_points_kernel<4>};
+    const int modes[6] = {0, 1, 2, 3, 4, 6};
+    const PointsFn fns[6] = {silu_points_kernel<0>, silu_points_kernel<1>, silu_points_kernel<2>, silu_points_kernel<3>,
+                             silu_points_kernel<4>, silu_points_kernel<6>};
     auto bf16_of = [](float f) { return double(__bfloat162float(__float2bfloat16_rn(f))); };
     auto fp16_of = [](float f) { return double(__half2float(__float2half_rn(f))); };
-    for (int m = 0; m < 5; ++m) {
-      fns[m]<<<(n / 2 + 255) / 256, 256>>>(dx, dy, n);
+    for (int m = 0; m < 6; ++m) {
+      fns[m]<<<(n / 4 + 255) / 256, 256>>>(dx, dy, n);
       CK(cudaMemcpy(ys.data(), dy, n * 4, cudaMemcpyDeviceToHost));
       double max_rel = 0, max_abs = 0, rel_at = 0, bf_steps = 0, h_steps = 0;
       for (int i = 0; i < sp; ++i) {
@@ -333,20 +430,24 @@ int main() {
         }
       }
       std::printf("silu mode %d: max rel %.2e (x = %.3f), max abs %.2e, bf16 steps %.1f, fp16 steps %.1f; "
-                  "silu(-inf, inf, nan, 0) = %g %g %g %g\n",
-                  m, max_rel, rel_at, max_abs, bf_steps, h_steps, ys[sp], ys[sp + 1], ys[sp + 2], ys[sp + 3]);
+                  "silu(-inf, inf, nan, 0) = %g %g %g %g; beside 1.5, -2, 30: %g %g %g, %g %g %g, %g %g %g\n",
+                  modes[m], max_rel, rel_at, max_abs, bf_steps, h_steps, ys[sp], ys[sp + 1], ys[sp + 2], ys[sp + 3],
+                  ys[sp + 5], ys[sp + 4], ys[sp + 6], ys[sp + 9], ys[sp + 8], ys[sp + 10], ys[sp + 13], ys[sp + 12],
+                  ys[sp + 14]);
     }
     CK(cudaFree(dx));
     CK(cudaFree(dy));
   }
 
   // Decode shapes: per-launch time inside a CUDA graph of 100 launches.
-  std::printf("\n%-30s %8s %8s %8s %8s %8s %8s  (us per launch in a graph with PDL, hot; d=14336 then d=4096)\n", "variant",
-              "T=1", "T=16", "T=128", "T=1", "T=16", "T=128");
-  for (const Variant& v : variants) {
+  for (int round = 0; round < rounds; ++round) {
+  std::printf("\n%-30s %8s %8s %8s %8s %8s %8s %8s %8s  (us per launch in a graph with PDL, hot; d=14336 then d=4096)\n",
+              "variant", "T=1", "T=16", "T=32", "T=64", "T=128", "T=1", "T=16", "T=128");
+  for (const Variant& v : decode) {
     std::printf("%-30s", v.name);
     for (int64_t dd : {14336, 4096})
-    for (int64_t rows : {1, 16, 128}) {
+    for (int64_t rows : {1, 16, 32, 64, 128}) {
+      if (dd == 4096 && (rows == 32 || rows == 64)) continue;
       cudaGraph_t g;
       cudaGraphExec_t ge;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -368,6 +469,7 @@ int main() {
       CK(cudaGraphDestroy(g));
     }
     std::printf("\n");
+  }
   }
   CK(cudaFree(pool));
   return 0;

@@ -10,22 +10,22 @@ namespace sgl_kernel::elementwise {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // the scalar kernel and the vector kernel below 16 MB of output
 
 // Launch the vector kernel with kBytes per load if d and the pointers allow it; returns false
 // (nothing launched) otherwise.
-template <typename T, Activation kAct, int kBytes, int kUnroll, LoadPolicy kLoad>
+template <typename T, Activation kAct, int kBytes, int kUnroll, LoadPolicy kLoad, int kBlock = kThreads>
 bool try_launch_vec(const ActAndMulParams<T>& p, cudaStream_t stream, cudaError_t& err) {
   constexpr int kElems = kBytes / static_cast<int>(sizeof(T));
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kBytes == 0; };
   const int64_t total_vec = p.rows * p.d / kElems;
   if (p.d % kElems != 0 || !aligned(p.out) || !aligned(p.input) ||
-      total_vec >= (int64_t{1} << 32) - kThreads * kUnroll) {
+      total_vec >= (int64_t{1} << 32) - kBlock * kUnroll) {
     return false;
   }
   const FastDivmod d_vec(static_cast<uint32_t>(p.d / kElems));
-  const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(total_vec, kThreads * kUnroll)));
-  err = launch_kernel(act_and_mul_vec_kernel<T, kAct, kThreads, kElems, kUnroll, kLoad>, grid, dim3(kThreads), 0,
+  const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(total_vec, kBlock * kUnroll)));
+  err = launch_kernel(act_and_mul_vec_kernel<T, kAct, kBlock, kElems, kUnroll, kLoad>, grid, dim3(kBlock), 0,
                       stream, p.enable_pdl, p.out, p.input, d_vec, static_cast<uint32_t>(total_vec));
   return true;
 }
@@ -41,11 +41,14 @@ cudaError_t launch_typed(const ActAndMulParams<T>& p, cudaStream_t stream) {
   //   out < 64 KB   4-byte loads: most threads, T=1 d=14336 0.88 us (16-byte loads 1.23 us)
   //   out < 1.5 MB  8-byte read-only loads: T=16 d=14336 1.27 us (16-byte 1.39 us)
   //   out < 16 MB   16-byte read-only loads: T=128 d=14336 2.85 us
-  //   larger        16-byte plain loads, 2 vectors per thread: 4364 GB/s at 32768 x 14336
-  //                 (read-only loads 4136 GB/s; copy 4213 GB/s)
+  //   larger        16-byte plain loads, 2 vectors per thread, 512 threads (session 18, six
+  //                 rounds on two machines, GB/s at 32768 x 14336 / 16384 x 14336 / 32768 x 4096:
+  //                 4385-4396 / 4336-4360 / 4278-4288; 256 threads 4322-4352 / 4303-4318 /
+  //                 4227-4253; torch.compile's kernel, 128 threads one vector each,
+  //                 4353-4363 / 4313-4325 / 4246-4263; read-only loads ~4050-4180; copy 4265)
   using LP = LoadPolicy;
   if (out_bytes >= (int64_t{16} << 20)) {
-    if (try_launch_vec<T, kAct, 16, 2, LP::kDefault>(p, stream, err)) return err;
+    if (try_launch_vec<T, kAct, 16, 2, LP::kDefault, 512>(p, stream, err)) return err;
   } else if (out_bytes >= (int64_t{3} << 19)) {
     if (try_launch_vec<T, kAct, 16, 1, LP::kStream>(p, stream, err)) return err;
   }

@@ -32,6 +32,11 @@ __device__ __forceinline__ float activate(float x) {
     // unit ops: 0.5x(1 + tanh.approx(x/2)) 1.97-2.06 but up to 30 fp16 steps off and no
     // relative accuracy for x << 0 (1 + tanh cancels); ex2 + a Newton reciprocal 2.20 (the
     // FMA pipe then limits); ex2.approx.f16x2 on pairs + rcp 3.04 (conversions). Not taken.
+    // Session 18 (H200, the same sweep with the trigger after the loads, us at T = 1 / 16 /
+    // 128): this form 0.87 / 0.99 / 2.10-2.12, the floor 0.75 / 0.89 / 1.83-1.88, tanh.approx
+    // 0.87 / 0.94 / 1.98-2.07, four values sharing one rcp.approx (5 multi-function ops per
+    // 4 values instead of 8, as accurate) 0.90 / 1.05 / 2.08: the arithmetic costs ~0.25 us
+    // at T=128 and no accurate form found removes it. Not taken either.
     return __fdividef(x, 1.0f + __expf(-x));
   } else if constexpr (kAct == Activation::kGelu) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
