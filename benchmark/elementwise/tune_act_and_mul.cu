@@ -87,6 +87,13 @@ struct Variant {
 
 #define VARIANT(TH, VE, UN, LD, NAME) \
   Variant { NAME, act_and_mul_vec_kernel<T, Activation::kSilu, TH, VE, UN, LD>, TH, UN, VE }
+// gelu (erf) and gelu_tanh, 16-byte plain loads (prefill rows only)
+#define GELU_VARIANT(ACT, TH, UN, NAME) \
+  Variant { NAME, act_and_mul_vec_kernel<T, Activation::ACT, TH, 8, UN, LoadPolicy::kDefault>, TH, UN, 8 }
+#define GELU_ROWS(ACT, TAG)                                                                              \
+  GELU_VARIANT(ACT, 256, 2, TAG ": t256 16B u2"), GELU_VARIANT(ACT, 512, 2, TAG ": t512 16B u2"),        \
+      GELU_VARIANT(ACT, 256, 1, TAG ": t256 16B u1"), GELU_VARIANT(ACT, 128, 1, TAG ": t128 16B u1"),    \
+      GELU_VARIANT(ACT, 128, 2, TAG ": t128 16B u2"), GELU_VARIANT(ACT, 512, 1, TAG ": t512 16B u1")
 
 // silu formulations (one 16-byte vector per thread, read-only loads: the "mid" shape). The
 // multi-function unit (ex2, rcp, tanh: 16 results per clock per SM) runs 2 ops per element in
@@ -288,6 +295,9 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants)
     if (v.vec_elems == 8) prefill.push_back(v);
   prefill.push_back(others[7]);
+  // gelu and gelu_tanh (production: 256 threads, 2 vectors a thread).
+  for (const Variant& v : std::vector<Variant>{GELU_ROWS(kGeluTanh, "gelu_tanh"), GELU_ROWS(kGelu, "gelu")})
+    prefill.push_back(v);
   // Decode timing: everything.
   std::vector<Variant> decode = variants;
   decode.insert(decode.end(), others.begin(), others.end());

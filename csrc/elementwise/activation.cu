@@ -41,14 +41,21 @@ cudaError_t launch_typed(const ActAndMulParams<T>& p, cudaStream_t stream) {
   //   out < 64 KB   4-byte loads: most threads, T=1 d=14336 0.88 us (16-byte loads 1.23 us)
   //   out < 1.5 MB  8-byte read-only loads: T=16 d=14336 1.27 us (16-byte 1.39 us)
   //   out < 16 MB   16-byte read-only loads: T=128 d=14336 2.85 us
-  //   larger        16-byte plain loads, 2 vectors per thread, 512 threads (session 18, six
+  //   larger        16-byte plain loads, 2 vectors per thread; silu on 512 threads (session 18, six
   //                 rounds on two machines, GB/s at 32768 x 14336 / 16384 x 14336 / 32768 x 4096:
   //                 4385-4396 / 4336-4360 / 4278-4288; 256 threads 4322-4352 / 4303-4318 /
   //                 4227-4253; torch.compile's kernel, 128 threads one vector each,
   //                 4353-4363 / 4313-4325 / 4246-4263; read-only loads ~4050-4180; copy 4265)
+  //                 gelu / gelu_tanh keep 256 threads: their 512-thread instances take 52
+  //                 registers, 2 blocks an SM, and ran 5 % behind torch.compile (bf16
+  //                 gelu_tanh T=32768 d=14336 700.5 against 662.9 us).
   using LP = LoadPolicy;
   if (out_bytes >= (int64_t{16} << 20)) {
-    if (try_launch_vec<T, kAct, 16, 2, LP::kDefault, 512>(p, stream, err)) return err;
+    if constexpr (kAct == Activation::kSilu) {
+      if (try_launch_vec<T, kAct, 16, 2, LP::kDefault, 512>(p, stream, err)) return err;
+    } else {
+      if (try_launch_vec<T, kAct, 16, 2, LP::kDefault>(p, stream, err)) return err;
+    }
   } else if (out_bytes >= (int64_t{3} << 19)) {
     if (try_launch_vec<T, kAct, 16, 1, LP::kStream>(p, stream, err)) return err;
   }
