@@ -72,6 +72,9 @@ SHAPES = [
     ((2, 3, 4), 40),
     ((65536,), 128),
     ((65536,), 7),
+    # >= 16 MiB of output (the launcher's largest path, 2 vectors a thread in blocks of 512 or
+    # 256 threads) with a last block only partly full: 4099 * 2056 / 8 vectors (fp32: / 4).
+    ((4099,), 2056),
 ]
 
 
