@@ -170,28 +170,38 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // q/q_rope and k/k_rope may be the same memory: no __restrict__ on them. Every element is
 // read and then written by the same thread, so in place is safe.
 //
-// kGeneral = false: the wrapper's call without the KV write (q_rope == q, k_rope == k, no
-// v): every lane unit is rotary (units == rot_units), and a lean path without the pass / KV
-// branches runs. Measured on an H100 in a CUDA graph (benchmark/elementwise/tune_rope.cu, 32 q
-// / 8 k heads, D = R = 128, PDL on): T = 1/16/128 1.82/1.93/2.39 us with every branch kept and
-// 64-bit warp arithmetic, 1.64/1.69/2.09 without (1.99/2.04/2.50 with PDL off, the wrapper's
-// default); session 15 (H200) took it further, see the notes in the lean path and RopePlan.
-// PDL trigger: in the lean path once a batch's head loads are issued (PdlTrigger::kAfterLoads;
-// from kLongTokens tokens again for each batch, which changes nothing), at the end in the
-// general path. NOTE (H200, session 16, bench_rope.py --no-compile, the trigger at the end (A)
-// against right after the wait (B), alternated A B A B, us at T = 1 / 16 / 128): rope_pdl (the
-// lean path) 1.40 / 1.50 / 1.93 -> 1.20 / 1.39 / 1.70; rope_kv (the general path, PDL by
-// default) 1.43 / 1.56 / 2.03 -> 1.44 / 1.65 / 2.12. Session 17 (H200, alternated twice on one
-// machine): after the loads, rope_pdl 1.22 / 1.38 / 1.70 -> 1.19 / 1.29 / 1.64 (against right
-// after the wait, tools/decode_rows.py); rope_kv after the loads against at the end read 1.42 /
-// 1.52-1.56 / 2.40 against 1.44 / 1.58 / 2.02-2.03 in bench_rope.py, while the same graphs built
-// by tools/decode_rows.py read 1.47 / 1.58 / 2.12 against 1.62 / 1.76 / 2.13: the bench decides.
+// kGeneral = false: the wrapper's call in place (q_rope == q, k_rope == k) with every lane unit
+// rotary (units == rot_units): a lean path without the pass / source-selection branches runs, with
+// the KV write when kKv (the fused call at R = D; without kKv, no v). Measured on an H100 in a CUDA
+// graph (benchmark/elementwise/tune_rope.cu, 32 q / 8 k heads, D = R = 128, PDL on): T = 1/16/128
+// 1.82/1.93/2.39 us with every branch kept and 64-bit warp arithmetic, 1.64/1.69/2.09 without
+// (1.99/2.04/2.50 with PDL off, the wrapper's default); session 15 (H200) took it further, see the
+// notes in the lean path and RopePlan.
+// PDL trigger: in the lean path once a batch's head loads are issued (PdlTrigger::kAfterLoads; from
+// kLongTokens tokens again for each batch, which changes nothing), at the end in the general path.
+// NOTE (H200, session 16, bench_rope.py --no-compile, the trigger at the end (A) against right
+// after the wait (B), alternated A B A B, us at T = 1 / 16 / 128): rope_pdl (the lean path) 1.40 /
+// 1.50 / 1.93 -> 1.20 / 1.39 / 1.70; rope_kv (then the general path, PDL by default; since session
+// 18 the lean path with kKv) 1.43 / 1.56 / 2.03 -> 1.44 / 1.65 / 2.12. Session 17 (H200, alternated
+// twice on one machine): after the loads, rope_pdl 1.22 / 1.38 / 1.70 -> 1.19 / 1.29 / 1.64
+// (against right after the wait, tools/decode_rows.py); rope_kv after the loads against at the end
+// read 1.42 / 1.52-1.56 / 2.40 against 1.44 / 1.58 / 2.02-2.03 in bench_rope.py, while the same
+// graphs built by tools/decode_rows.py read 1.47 / 1.58 / 2.12 against 1.62 / 1.76 / 2.13: the
+// bench decides.
 // Without PDL (the wrapper's default without the KV write) the trigger does nothing.
 // Below kLongTokens tokens the launcher caps steps at kBatch and the loop over batches below
 // runs once; from there on a warp may take up to kLongSteps heads in several batches.
 // kKeep: the heads are loaded under an L2 evict_last policy (plan_rope: many tokens).
-template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep>
+// kKv (with kGeneral = false): the in-place path also writes the KV cache (the wrapper's fused
+// call with R = D: RopePlan::kv); the heads after q and k are v's, copied to v_buffer. Its PDL
+// trigger is at the end. NOTE (H200, session 18, bench_rope.py --no-compile rope_kv (32 q / 8 k
+// / 8 v heads, D = R = 128), three wheels on one machine, alternated twice, us at T = 1 / 16 /
+// 128 / 4096 / 32768): the general path (before) 1.47 / 1.58 / 2.03-2.05 / 31.25-31.27 /
+// 225.3-225.4; this path with the trigger after the loads 1.34 / 1.53 / 2.00-2.01 / 30.33-30.35 /
+// 218.5-218.7, at the end 1.39 / 1.54 / 1.91-1.94 / 30.36-30.37 / 218.5-218.7 (shipped).
+template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep, bool kKv = false>
 __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
+  static_assert(!(kGeneral && kKv), "kKv is a variant of the in-place path");
   constexpr LoadPolicy kLoad = kKeep ? LoadPolicy::kKeepL2 : LoadPolicy::kDefault;
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");
   SGL_PDL_WAIT();
@@ -246,6 +256,22 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
       return h < hq ? p.q_rope + token * p.q_rope_stride_n + h * p.q_rope_stride_h
                     : p.k_rope + token * p.k_rope_stride_n + (h - hq) * p.k_rope_stride_h;
     };
+    // kKv: the token's cache row (loaded before the position, independent of it); a location
+    // outside a buffer skips that buffer's row. Heads from hqk on are v's.
+    const int hqk = hq + p.num_k_heads;
+    int64_t loc = 0;
+    bool write_kb = false, write_vb = false;
+    if constexpr (kKv) {
+      loc = p.kv_cache_loc[token];
+      write_kb = loc >= 0 && loc < p.k_buffer_rows;
+      write_vb = loc >= 0 && loc < p.v_buffer_rows;
+    }
+    auto source = [&](int h) -> const T* {
+      if constexpr (kKv) {
+        if (h >= hqk) return p.v + token * p.v_stride_n + (h - hqk) * p.v_stride_h;
+      }
+      return head(h);
+    };
     for (int i0 = 0; i0 < l.steps; i0 += kBatch) {
       // The position and cos/sin are loaded in the loop, again for each batch (from kLongTokens
       // tokens a warp may take two): so placed, ptxas computes the head addresses before the
@@ -260,28 +286,43 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
       for (int b = 0; b < kBatch; ++b) {
         const int h = (first_step + i0 + b) * l.slots + slot;
         if (i0 + b < l.steps && h < l.total_heads) {
-          const T* src = head(h);
+          const T* src = source(h);
           x0[b] = load_at<kLoad>(src, off0);
           x1[b] = load_at<kLoad>(src, off1);
         }
       }
-      SGL_PDL_LAUNCH_DEPENDENTS();  // once the loads are issued (kGeneral's NOTE)
+      if constexpr (!kKv) SGL_PDL_LAUNCH_DEPENDENTS();  // once the loads are issued (kGeneral's NOTE)
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         const int h = (first_step + i0 + b) * l.slots + slot;
         if (i0 + b < l.steps && h < l.total_heads) {
-          if constexpr (kInterleave) {
-            rotate_pairs<T>(x0[b], c, s, 0);
-            rotate_pairs<T>(x1[b], c, s, 4);
-          } else {
-            rotate_halves<T>(x0[b], x1[b], c, s);
+          if (!kKv || h < hqk) {
+            if constexpr (kInterleave) {
+              rotate_pairs<T>(x0[b], c, s, 0);
+              rotate_pairs<T>(x1[b], c, s, 4);
+            } else {
+              rotate_halves<T>(x0[b], x1[b], c, s);
+            }
+            T* dst = head(h);
+            store_at(dst, off0, x0[b]);
+            store_at(dst, off1, x1[b]);
           }
-          T* dst = head(h);
-          store_at(dst, off0, x0[b]);
-          store_at(dst, off1, x1[b]);
+          if constexpr (kKv) {
+            T* row = nullptr;
+            if (h >= hqk) {
+              if (write_vb) row = p.v_buffer + loc * p.v_buffer_stride_n + (h - hqk) * p.v_buffer_stride_h;
+            } else if (h >= hq && write_kb) {
+              row = p.k_buffer + loc * p.k_buffer_stride_n + (h - hq) * p.k_buffer_stride_h;
+            }
+            if (row != nullptr) {
+              store_at(row, off0, x0[b]);
+              store_at(row, off1, x1[b]);
+            }
+          }
         }
       }
     }
+    if constexpr (kKv) SGL_PDL_LAUNCH_DEPENDENTS();  // at the end (kKv's NOTE)
     return;
   }
 
@@ -368,10 +409,15 @@ struct RopePlan {
   uint32_t grid;  // blocks of kBlock threads
   bool general;   // rope_kernel's kGeneral
   bool keep;      // rope_kernel's kKeep
+  bool kv;        // rope_kernel's kKv (general is false)
 };
 
 template <typename T, bool kInterleave, typename TPos, bool kKeep>
 cudaError_t launch_planned(const RopeParams<T>& p, const RopePlan& plan, cudaStream_t stream) {
+  if (plan.kv) {
+    return launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep, true>, dim3(plan.grid), dim3(kBlock), 0,
+                         stream, p.enable_pdl, p, plan.l);
+  }
   return plan.general ? launch_kernel(rope_kernel<T, kInterleave, TPos, true, kKeep>, dim3(plan.grid), dim3(kBlock),
                                       0, stream, p.enable_pdl, p, plan.l)
                       : launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep>, dim3(plan.grid), dim3(kBlock),
@@ -437,7 +483,10 @@ cudaError_t plan_rope(const RopeParams<T>& p, RopePlan& plan) {
     if (l.steps > 2 && p.nnz * ceil_div(all_steps, 2) <= kTwoStepWarps) l.steps = 2;
   }
   l.chunks = ceil_div(all_steps, l.steps);
-  plan.general = l.q_pass || l.k_pass || fused;
+  // In place with the KV write and every unit rotary (the wrapper's fused call at R = D): the
+  // in-place path with the KV write (kKv) instead of the general path.
+  plan.kv = fused && !l.q_pass && !l.k_pass && r == d;
+  plan.general = (l.q_pass || l.k_pass || fused) && !plan.kv;
   // The heads under an L2 evict_last policy from kKeepTokens tokens, heads of 128 or more.
   // NOTE (H200, bench_rope.py --no-compile, one machine, alternated twice, us, plain loads ->
   // evict_last everywhere): NeoX 32 q / 8 k heads, D = R = 128, T = 1024 / 4096 / 32768
