@@ -4,13 +4,15 @@
 // in its launch_typed quotes the H200 numbers of this sweep).
 //
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Icsrc \
-//        benchmark/elementwise/tune_act_and_mul.cu -o /tmp/tune && /tmp/tune
+//        benchmark/elementwise/tune_act_and_mul.cu -o /tmp/tune && /tmp/tune [--rounds N]
 //
 // Prints GB/s (input read + output write) per variant at prefill shapes (inputs rotated so
-// nothing is served from L2) and per-launch time inside a CUDA graph at decode shapes. Besides
-// the launch shapes: "siluN" rows, other formulations of silu (silu_pair below; their accuracy
-// against fp64 is printed too), and "floor" rows, kernels that move the same bytes with no
-// arithmetic (the NOTE in activation.cuh quotes both).
+// nothing is served from L2) and per-launch time inside a CUDA graph at decode shapes; with
+// --rounds N each section runs N times over its variants. Besides the launch shapes: "siluN"
+// rows, other formulations of silu (silu_pair / silu_quad below; their accuracy against fp64
+// is printed too; "trig after loads" rows place the PDL trigger as production does), "floor"
+// rows, kernels that move the same bytes with no arithmetic (the NOTE in activation.cuh quotes
+// both), and gelu / gelu_tanh launch shapes at the prefill sizes (activation.cu's NOTE).
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
