@@ -51,11 +51,8 @@ cudaError_t launch_typed(const ActAndMulParams<T>& p, cudaStream_t stream) {
   //                 gelu_tanh T=32768 d=14336 700.5 against 662.9 us).
   using LP = LoadPolicy;
   if (out_bytes >= (int64_t{16} << 20)) {
-    if constexpr (kAct == Activation::kSilu) {
-      if (try_launch_vec<T, kAct, 16, 2, LP::kDefault, 512>(p, stream, err)) return err;
-    } else {
-      if (try_launch_vec<T, kAct, 16, 2, LP::kDefault>(p, stream, err)) return err;
-    }
+    constexpr int kLargeBlock = kAct == Activation::kSilu ? 512 : kThreads;
+    if (try_launch_vec<T, kAct, 16, 2, LP::kDefault, kLargeBlock>(p, stream, err)) return err;
   } else if (out_bytes >= (int64_t{3} << 19)) {
     if (try_launch_vec<T, kAct, 16, 1, LP::kStream>(p, stream, err)) return err;
   }

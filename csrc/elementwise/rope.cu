@@ -246,7 +246,17 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
     return true;
   };
   const int hq = p.num_q_heads;
+  const int hqk = hq + p.num_k_heads;
   const int first_step = chunk * l.steps;
+  // The fused KV write (kKv, or the general path with v): the token's cache row, loaded before
+  // the position (independent of it); a location outside a buffer skips that buffer's row.
+  bool write_kb = false, write_vb = false;
+  int64_t loc = 0;
+  if (kKv || (kGeneral && p.v != nullptr)) {
+    loc = p.kv_cache_loc[token];
+    write_kb = loc >= 0 && loc < p.k_buffer_rows;
+    write_vb = loc >= 0 && loc < p.v_buffer_rows;
+  }
 
   if constexpr (!kGeneral) {
     // In place, every unit rotary: head h of the token is read and written at one address, and
@@ -256,16 +266,7 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
       return h < hq ? p.q_rope + token * p.q_rope_stride_n + h * p.q_rope_stride_h
                     : p.k_rope + token * p.k_rope_stride_n + (h - hq) * p.k_rope_stride_h;
     };
-    // kKv: the token's cache row (loaded before the position, independent of it); a location
-    // outside a buffer skips that buffer's row. Heads from hqk on are v's.
-    const int hqk = hq + p.num_k_heads;
-    int64_t loc = 0;
-    bool write_kb = false, write_vb = false;
-    if constexpr (kKv) {
-      loc = p.kv_cache_loc[token];
-      write_kb = loc >= 0 && loc < p.k_buffer_rows;
-      write_vb = loc >= 0 && loc < p.v_buffer_rows;
-    }
+    // kKv: heads from hqk on are v's.
     auto source = [&](int h) -> const T* {
       if constexpr (kKv) {
         if (h >= hqk) return p.v + token * p.v_stride_n + (h - hqk) * p.v_stride_h;
@@ -329,18 +330,8 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
   // rot0 is true whenever rot1 is: "the lane rotates something".
   const bool rot = rot0;
 
-  // The fused KV write; a cache location outside a buffer skips that buffer's row.
-  bool write_kb = false, write_vb = false;
-  int64_t loc = 0;
-  if (kGeneral && p.v != nullptr) {
-    loc = p.kv_cache_loc[token];
-    write_kb = loc >= 0 && loc < p.k_buffer_rows;
-    write_vb = loc >= 0 && loc < p.v_buffer_rows;
-  }
   const bool q_pass = kGeneral && l.q_pass;
   const bool k_pass = kGeneral && l.k_pass;
-
-  const int hqk = hq + p.num_k_heads;
 
   for (int i0 = 0; i0 < l.steps; i0 += kBatch) {
     if (!load_position()) return;  // in the loop, as the in-place path above
