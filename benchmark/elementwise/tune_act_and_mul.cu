@@ -13,6 +13,10 @@
 // is printed too; "trig after loads" rows place the PDL trigger as production does), "floor"
 // rows, kernels that move the same bytes with no arithmetic (the NOTE in activation.cuh quotes
 // both), and gelu / gelu_tanh launch shapes at the prefill sizes (activation.cu's NOTE).
+// "sv2" rows (session 19): the vector kernel restructured (no branch before the loads, ex2 /
+// rcp with .ftz, value order, no bounds check, shared reciprocals); the ones that
+// compute production's silu are checked bitwise against it, and production's silu against
+// the .ftz form on all 2^32 fp32 inputs. --decode-only skips the prefill section.
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
@@ -212,6 +216,142 @@ __global__ void __launch_bounds__(256) silu_mode_kernel(T* __restrict__ out, con
   }
   *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * 8) = o;
 }
+// silu_ftz: production's formula with ex2.approx.ftz and rcp.approx.ftz directly, bitwise
+// equal to __fdividef(x, 1 + __expf(-x)) (__expf's fix-ups only change results below 2^-126,
+// which 1 + e absorbs; checked on all 2^32 inputs below).
+__device__ __forceinline__ float silu_ftz(float x) {
+  return x * rcp_approx(1.0f + ex2_approx(x * -1.4426950408889634f));
+}
+// The vector kernel restructured (session 19): one 16-byte vector a thread, 256 threads,
+// read-only loads, trigger after the loads, all 8 values of the vector widened first:
+//   kOrder 0: value by value (silu, times up); 1: the 8 silu values first, then the 8
+//     products; 2: up's vector loaded before gate's.
+//   kExact: no bounds check (the grid covers total_vec exactly; T=128 d=14336 does); off:
+//     threads past the end leave at once (a branch); kClamp: no branch, threads past the end
+//     load the last vector and skip the store (the kernel parameters then load before the
+//     wait, as with kExact; behind the branch they load after it).
+//   kMath 1: silu_ftz (production's bits); 3: a + b (the floor); 4: two values sharing one
+//     rcp.approx (1.5 multi-function ops a value); 5: four values sharing one (1.25, mode 6's
+//     form).
+__device__ __forceinline__ void silu2_shared_rcp(float x0, float x1, float& y0, float& y1) {
+  constexpr float kL = -1.4426950408889634f;
+  const float d0 = 1.0f + ex2_approx(x0 * kL), d1 = 1.0f + ex2_approx(x1 * kL);
+  const float p = d0 * d1;
+  if (__builtin_expect(p < 1e37f, 1)) {
+    const float r = rcp_approx(p);
+    y0 = x0 * (r * d1);
+    y1 = x1 * (r * d0);
+  } else {
+    y0 = x0 * rcp_approx(d0);
+    y1 = x1 * rcp_approx(d1);
+  }
+}
+template <int kMath, int kOrder, bool kExact, bool kClamp = false>
+__global__ void __launch_bounds__(256) silu_sv2_kernel(T* __restrict__ out, const T* __restrict__ input,
+                                                       FastDivmod d_vec, uint32_t total_vec) {
+  const uint32_t i = blockIdx.x * 256 + threadIdx.x;
+  const uint32_t ic = kClamp ? min(i, total_vec - 1) : i;
+  if constexpr (kClamp) {
+    uint32_t row, col;  // the address before the wait (no global memory read)
+    d_vec.divmod(ic, row, col);
+  }
+  SGL_PDL_WAIT();
+  if (!kExact && !kClamp && i >= total_vec) {
+    SGL_PDL_LAUNCH_DEPENDENTS();
+    return;
+  }
+  const int64_t half = static_cast<int64_t>(d_vec.divisor) * 8;
+  uint32_t row, col;
+  d_vec.divmod(ic, row, col);
+  const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * 8;
+  uint4 a, b;
+  if constexpr (kOrder == 2) {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(x + half));
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(x));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(x));
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(x + half));
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+  float xa[8], yb[8], o[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 av = *reinterpret_cast<const __nv_bfloat162*>(&aw[j]);
+    xa[2 * j] = __low2float(av);
+    xa[2 * j + 1] = __high2float(av);
+  }
+  auto load_b = [&] {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __nv_bfloat162 bv = *reinterpret_cast<const __nv_bfloat162*>(&bw[j]);
+      yb[2 * j] = __low2float(bv);
+      yb[2 * j + 1] = __high2float(bv);
+    }
+  };
+  if constexpr (kMath == 1) {
+    if constexpr (kOrder == 1) {
+      float sx[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sx[k] = silu_ftz(xa[k]);
+      load_b();
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] = sx[k] * yb[k];
+    } else {
+      load_b();
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] = silu_ftz(xa[k]) * yb[k];
+    }
+  } else if constexpr (kMath == 3) {  // no arithmetic: the floor
+    load_b();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = xa[k] + yb[k];
+  } else if constexpr (kMath == 4) {
+    float sx[8];
+#pragma unroll
+    for (int k = 0; k < 8; k += 2) silu2_shared_rcp(xa[k], xa[k + 1], sx[k], sx[k + 1]);
+    load_b();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = sx[k] * yb[k];
+  } else {
+    float sx[8];
+#pragma unroll
+    for (int k = 0; k < 8; k += 4) {
+      const float xs[4] = {xa[k], xa[k + 1], xa[k + 2], xa[k + 3]};
+      float ys[4];
+      silu4_shared_rcp(xs, ys);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) sx[k + q] = ys[q];
+    }
+    load_b();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = sx[k] * yb[k];
+  }
+  uint32_t ow[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(o[2 * j], o[2 * j + 1]);
+    ow[j] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  if (!kClamp || i < total_vec)
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(i) * 8) = make_uint4(ow[0], ow[1], ow[2], ow[3]);
+}
+// Every fp32 bit pattern: production's silu against silu_ftz; counts the patterns whose
+// results differ (both NaN counts as equal).
+__global__ void silu_ftz_exhaustive_kernel(unsigned long long* mismatches) {
+  unsigned long long local = 0;
+  for (uint64_t k = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < (uint64_t(1) << 32);
+       k += uint64_t(gridDim.x) * blockDim.x) {
+    const float x = __uint_as_float(uint32_t(k));
+    const float p = activate<Activation::kSilu>(x), q = silu_ftz(x);
+    if (__float_as_uint(p) != __float_as_uint(q) && !(p != p && q != q)) ++local;
+  }
+  if (local) atomicAdd(mismatches, local);
+}
 // Accuracy of a formulation: silu of n points in fp32 (n a multiple of 4).
 template <int kMode>
 __global__ void silu_points_kernel(const float* x, float* y, int n) {
@@ -247,6 +387,9 @@ int main(int argc, char** argv) {
   int rounds = 1;
   for (int a = 1; a + 1 < argc; ++a)
     if (std::string(argv[a]) == "--rounds") rounds = std::max(1, std::atoi(argv[a + 1]));
+  bool decode_only = false;  // --decode-only: skip the prefill GB/s section
+  for (int a = 1; a < argc; ++a)
+    if (std::string(argv[a]) == "--decode-only") decode_only = true;
   // The four production shapes of activation.cu first, then alternatives; every variant of
   // this list computes production's silu (the bitwise agreement check below).
   const std::vector<Variant> variants = {
@@ -286,6 +429,18 @@ int main(int argc, char** argv) {
       Variant{"silu4 ex2 + rcp.approx", silu_mode_kernel<4>, 256, 1, 8},
       Variant{"silu0 trig after loads", silu_mode_kernel<0, true>, 256, 1, 8},
       Variant{"silu6 rcp/4, trig after loads", silu_mode_kernel<6, true>, 256, 1, 8},
+      Variant{"sv2 ftz", silu_sv2_kernel<1, 0, false>, 256, 1, 8},
+      Variant{"sv2 ftz gate first", silu_sv2_kernel<1, 1, false>, 256, 1, 8},
+      Variant{"sv2 ftz up loaded first", silu_sv2_kernel<1, 2, false>, 256, 1, 8},
+      Variant{"sv2 ftz exact", silu_sv2_kernel<1, 0, true>, 256, 1, 8},
+      Variant{"sv2 ftz clamp", silu_sv2_kernel<1, 0, false, true>, 256, 1, 8},
+      Variant{"sv2 ftz gate first clamp", silu_sv2_kernel<1, 1, false, true>, 256, 1, 8},
+      Variant{"sv2 floor", silu_sv2_kernel<3, 0, false>, 256, 1, 8},
+      Variant{"sv2 floor exact", silu_sv2_kernel<3, 0, true>, 256, 1, 8},
+      Variant{"sv2 floor clamp", silu_sv2_kernel<3, 0, false, true>, 256, 1, 8},
+      Variant{"sv2 rcp/2", silu_sv2_kernel<4, 0, false>, 256, 1, 8},
+      Variant{"sv2 rcp/4", silu_sv2_kernel<5, 0, false>, 256, 1, 8},
+      Variant{"silu4 trig after loads", silu_mode_kernel<4, true>, 256, 1, 8},
       Variant{"floor: read 2 + write 1", floor_kernel<256, 0>, 256, 1, 8},
       Variant{"floor: reads only", floor_kernel<256, 1>, 256, 1, 8},
       Variant{"floor: writes only", floor_kernel<256, 2>, 256, 1, 8},
@@ -296,7 +451,8 @@ int main(int argc, char** argv) {
   std::vector<Variant> prefill;
   for (const Variant& v : variants)
     if (v.vec_elems == 8) prefill.push_back(v);
-  prefill.push_back(others[7]);
+  for (const Variant& v : others)
+    if (std::string(v.name) == "floor: read 2 + write 1") prefill.push_back(v);
   // gelu and gelu_tanh (production: 256 threads, 2 vectors a thread).
   for (const Variant& v : std::vector<Variant>{GELU_ROWS(kGeluTanh, "gelu_tanh"), GELU_ROWS(kGelu, "gelu")})
     prefill.push_back(v);
@@ -343,7 +499,7 @@ int main(int argc, char** argv) {
   tune_common::fill_bf16_kernel<<<4096, 256, 0, s>>>(pool, budget / sizeof(T), 1234u, -4.0f, 8.0f);
   CK(cudaGetLastError());
 
-  for (int round = 0; round < rounds; ++round) {
+  for (int round = 0; round < (decode_only ? 0 : rounds); ++round) {
   std::printf("\n%-30s", round == 0 ? "variant \\ (rows x d) GB/s" : "(next round)");
   for (const Shape& sh : shapes) std::printf(" %7ldx%-6ld", long(sh.rows), long(sh.d));
   std::printf("\n");
@@ -386,6 +542,27 @@ int main(int argc, char** argv) {
       if (k > 0 && got != ref) std::printf("MISMATCH: %s differs from %s\n", variants[k].name, variants[0].name);
     }
     std::printf("variants agree bitwise: checked %zu variants\n", n_agree);
+    // The restructured kernels that compute production's silu (kMath 0 and 1).
+    for (const Variant& v : others) {
+      const std::string name = v.name;
+      const bool candidate = name.rfind("sv", 0) == 0 || name.rfind("silu4", 0) == 0;
+      if (!candidate || name.find("tanh") != std::string::npos || name.find("floor") != std::string::npos ||
+          name.find("rcp/") != std::string::npos)
+        continue;
+      CK(cudaMemsetAsync(out, 0xff, out_elems * sizeof(T), s));
+      launch(v, out, pool, rows, d, s);
+      CK(cudaMemcpyAsync(got.data(), out, out_elems * sizeof(T), cudaMemcpyDeviceToHost, s));
+      CK(cudaStreamSynchronize(s));
+      std::printf("%s: %s production bitwise\n", v.name, got == ref ? "equals" : "DIFFERS FROM");
+    }
+    unsigned long long* mm;
+    CK(cudaMalloc(&mm, sizeof(unsigned long long)));
+    CK(cudaMemset(mm, 0, sizeof(unsigned long long)));
+    silu_ftz_exhaustive_kernel<<<g_num_sms * 8, 256>>>(mm);
+    unsigned long long h_mm = 0;
+    CK(cudaMemcpy(&h_mm, mm, sizeof(h_mm), cudaMemcpyDeviceToHost));
+    CK(cudaFree(mm));
+    std::printf("silu_ftz against production's silu, all 2^32 fp32 inputs: %llu differ\n", h_mm);
   }
 
   // Accuracy of the silu formulations against fp64 on x in [-120, 120] (plus +-inf, NaN):

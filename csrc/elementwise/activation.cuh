@@ -22,22 +22,27 @@ namespace sgl_kernel::elementwise {
 template <Activation kAct>
 __device__ __forceinline__ float activate(float x) {
   if constexpr (kAct == Activation::kSilu) {
-    // NOTE: the approximate division (2 ulp, as torch.compile's Triton code uses) instead of
-    // IEEE x / y: the IEEE sequence made silu the slowest activation at L2-resident sizes
-    // (T=128 I=14336: 3.03 us vs gelu_tanh's 2.91 us). For x < -87, 1 + exp(-x) is inf and
-    // the result is -0.
-    // NOTE (H200, tune_act_and_mul.cu, T=128 d=14336 L2-hot in a graph, us): this form 2.19-2.26;
-    // the same bytes with no arithmetic (read both halves, write their sum) 1.97-2.07, reads
-    // alone 1.93: the call sits within 0.2 us of the L2 floor. Forms with fewer multi-function
-    // unit ops: 0.5x(1 + tanh.approx(x/2)) 1.97-2.06 but up to 30 fp16 steps off and no
-    // relative accuracy for x << 0 (1 + tanh cancels); ex2 + a Newton reciprocal 2.20 (the
-    // FMA pipe then limits); ex2.approx.f16x2 on pairs + rcp 3.04 (conversions). Not taken.
-    // Session 18 (H200, the same sweep with the trigger after the loads, us at T = 1 / 16 /
-    // 128): this form 0.87 / 0.99 / 2.10-2.12, the floor 0.75 / 0.89 / 1.83-1.88, tanh.approx
-    // 0.87 / 0.94 / 1.98-2.07, four values sharing one rcp.approx (5 multi-function ops per
-    // 4 values instead of 8, as accurate) 0.90 / 1.05 / 2.08: the arithmetic costs ~0.25 us
-    // at T=128 and no accurate form found removes it. Not taken either.
-    return __fdividef(x, 1.0f + __expf(-x));
+    // x / (1 + 2^(-x log2 e)) with ex2.approx.ftz and rcp.approx.ftz: the approximate division
+    // (2 ulp, as torch.compile's Triton code uses) instead of IEEE x / y, which made silu the
+    // slowest activation at L2-resident sizes (T=128 I=14336: 3.03 us vs gelu_tanh's 2.91 us).
+    // Bit for bit the former __fdividef(x, 1.0f + __expf(-x)) for every fp32 x (all 2^32
+    // checked on an H200 by tune_act_and_mul.cu): __expf's non-ftz ex2 adds a scaling
+    // sequence (3 instructions) that only changes results below 2^-126, which the 1 + e
+    // absorbs. For x < -87, 1 + e is inf and the result is -0.
+    // NOTE (H200, tune_act_and_mul.cu, T=128 d=14336 L2-hot in a graph of PDL calls, us):
+    // the same bytes with no arithmetic (read both halves, write their sum) 1.83-1.88; this
+    // form 2.00-2.06 ("sv2 ftz", "silu4 trig after loads") against 2.08-2.14 with __expf
+    // ("silu0 trig after loads"; session 19). Forms with fewer
+    // multi-function-unit ops (ex2, rcp, tanh: 16 results a clock an SM, 2 a value here):
+    // 0.5x(1 + tanh.approx(x/2)) reaches the floor but is up to 30 fp16 steps off and has no
+    // relative accuracy for x << 0 (1 + tanh cancels); ex2 + a Newton reciprocal 2.19-2.20;
+    // ex2.approx.f16x2 on pairs + rcp 3.4; two or four values sharing one rcp.approx (with a
+    // branch for products past 1e37) 2.38-2.41 / 2.14-2.16. Not taken.
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+    return x * r;
   } else if constexpr (kAct == Activation::kGelu) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
   } else {
@@ -48,48 +53,70 @@ __device__ __forceinline__ float activate(float x) {
 }
 
 // Vector path: d % kVecElems == 0, pointers aligned to the vector, rows * d / kVecElems < 2^32
-// vectors. Thread t of block b handles vectors b * kThreads * kUnroll + u * kThreads + t
-// (u < kUnroll); all loads are issued before the first use, so each thread keeps
-// 2 * kUnroll loads in flight. Narrow vectors (4 or 8 bytes) spread decode-sized inputs over
-// more threads and blocks. The PDL trigger goes once the loads are issued (sgl_kernel/arch.cuh).
+// vectors (less one block's worth). Thread t of block b handles vectors
+// b * kThreads * kUnroll + u * kThreads + t (u < kUnroll); all loads are issued before the first
+// use, so each thread keeps 2 * kUnroll loads in flight. Narrow vectors (4 or 8 bytes) spread
+// decode-sized inputs over more threads and blocks. The PDL trigger goes once the loads are
+// issued (sgl_kernel/arch.cuh).
+// One vector a thread (kUnroll = 1): threads past the end load the last vector again and skip
+// the store, no branch before the loads; kExact (the grid covers total_vec exactly) drops the
+// bounds check altogether.
+// NOTE (H200, session 19, tune_act_and_mul.cu "sv2" rows, silu d=14336, us at T = 1 / 16 / 64
+// / 128): threads past the end leaving before their loads (a branch) 0.85 / 0.97 / 1.53 /
+// 2.00-2.03; no branch, the last vector loaded again 0.81 / 0.91 / 1.42 / 1.92; no bounds check
+// 0.80 / 0.91 / 1.41 / 1.89-1.90. With the branch the compiler placed the kernel parameters'
+// loads after the PDL wait, without it before.
 // NOTE (H200, session 17: silu_and_mul bf16 d=14336 timed by tools/decode_rows.py, one dev
 // build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
 // 128): right after the wait 0.81 / 1.02 / 1.38 / 1.91 / 2.28, after the loads 0.76 / 0.98 /
 // 1.18 / 1.62 / 2.11, at the end 0.81 / 1.04 / 1.34 / 1.77 / 2.28.
-template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, LoadPolicy kLoad>
+template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, LoadPolicy kLoad,
+          bool kExact = false>
 __global__ void __launch_bounds__(kThreads)
     act_and_mul_vec_kernel(T* __restrict__ out,          // [rows, d]
                            const T* __restrict__ input,  // [rows, 2 * d]
                            FastDivmod d_vec,             // vectors per row (d / kVecElems)
-                           uint32_t total_vec) {         // rows * d_vec
+                           uint32_t total_vec) {         // rows * d_vec, >= 1
   using V = Vec<T, kVecElems>;
-  SGL_PDL_WAIT();
+  static_assert(kUnroll == 1 || !kExact, "kExact: one vector a thread");
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
   const int64_t half = static_cast<int64_t>(d_vec.divisor) * kVecElems;  // d
+  SGL_PDL_WAIT();
   V a[kUnroll], b[kUnroll];
+  if constexpr (kUnroll == 1) {
+    // No branch before the loads (the NOTE above).
+    const uint32_t i = kExact ? base : min(base, total_vec - 1);
+    uint32_t row, col;
+    d_vec.divmod(i, row, col);
+    const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * kVecElems;
+    a[0] = load_vec<V, kLoad>(x);
+    b[0] = load_vec<V, kLoad>(x + half);
+  } else {
+    // The large path (more than 16 MB of output): loads behind the bounds check. The branch-free
+    // form ran ~1 % slower there (silu bf16 T=32768 d=14336 642.5 us against 636.5, session 19).
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const uint32_t i = base + u * kThreads;
-    if (i < total_vec) {
-      uint32_t row, col;
-      d_vec.divmod(i, row, col);
-      const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * kVecElems;
-      a[u] = load_vec<V, kLoad>(x);
-      b[u] = load_vec<V, kLoad>(x + half);
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t i = base + u * kThreads;
+      if (i < total_vec) {
+        uint32_t row, col;
+        d_vec.divmod(i, row, col);
+        const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * kVecElems;
+        a[u] = load_vec<V, kLoad>(x);
+        b[u] = load_vec<V, kLoad>(x + half);
+      }
     }
   }
   SGL_PDL_LAUNCH_DEPENDENTS();  // PdlTrigger::kAfterLoads
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const uint32_t i = base + u * kThreads;
-    if (i < total_vec) {
-      V o;
+    if (kUnroll > 1 && i >= total_vec) continue;  // (kUnroll = 1: the value is computed anyway)
+    V o;
 #pragma unroll
-      for (int k = 0; k < kVecElems; ++k) {
-        o[k] = from_float<T>(activate<kAct>(to_float(a[u][k])) * to_float(b[u][k]));
-      }
-      *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * kVecElems) = o;
+    for (int k = 0; k < kVecElems; ++k) {
+      o[k] = from_float<T>(activate<kAct>(to_float(a[u][k])) * to_float(b[u][k]));
     }
+    if (kExact || i < total_vec) *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * kVecElems) = o;
   }
 }
 
