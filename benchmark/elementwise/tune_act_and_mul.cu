@@ -93,6 +93,9 @@ struct Variant {
 
 #define VARIANT(TH, VE, UN, LD, NAME) \
   Variant { NAME, act_and_mul_vec_kernel<T, Activation::kSilu, TH, VE, UN, LD>, TH, UN, VE }
+// Production's one-vector-a-thread kernel with kPin (plain loads; activation.cuh).
+#define VARIANT_PIN(VE, NAME) \
+  Variant { NAME, act_and_mul_vec_kernel<T, Activation::kSilu, 256, VE, 1, LoadPolicy::kDefault, true>, 256, 1, VE }
 // gelu (erf) and gelu_tanh, 16-byte plain loads (prefill rows only)
 #define GELU_VARIANT(ACT, TH, UN, NAME) \
   Variant { NAME, act_and_mul_vec_kernel<T, Activation::ACT, TH, 8, UN, LoadPolicy::kDefault>, TH, UN, 8 }
@@ -228,8 +231,12 @@ __device__ __forceinline__ float silu_ftz(float x) {
 //     products; 2: up's vector loaded before gate's.
 //   kExact: no bounds check (the grid covers total_vec exactly; T=128 d=14336 does); off:
 //     threads past the end leave at once (a branch); kClamp: no branch, threads past the end
-//     load the last vector and skip the store (the kernel parameters then load before the
-//     wait, as with kExact; behind the branch they load after it).
+//     load the last vector and skip the store. (Where the compiler put the kernel parameters'
+//     constant loads relative to the wait differed between these, and the timings with it.)
+//   kPin: the thread's gate address prefetched before the wait (pdl_wait_prefetched). With
+//     the read-only (.nc) loads the compiler then moved the loads above the wait as well
+//     (invalid: they may read what the previous kernel is still writing; T=128 timed 1.68 us
+//     so, session 19), hence only with kPlain: plain ld.global loads, which stay after it.
 //   kMath 1: silu_ftz (production's bits); 3: a + b (the floor); 4: two values sharing one
 //     rcp.approx (1.5 multi-function ops a value); 5: four values sharing one (1.25, mode 6's
 //     form).
@@ -246,26 +253,33 @@ __device__ __forceinline__ void silu2_shared_rcp(float x0, float x1, float& y0, 
     y1 = x1 * rcp_approx(d1);
   }
 }
-template <int kMath, int kOrder, bool kExact, bool kClamp = false>
+template <int kMath, int kOrder, bool kExact, bool kClamp = false, bool kPin = false, bool kPlain = false>
 __global__ void __launch_bounds__(256) silu_sv2_kernel(T* __restrict__ out, const T* __restrict__ input,
                                                        FastDivmod d_vec, uint32_t total_vec) {
   const uint32_t i = blockIdx.x * 256 + threadIdx.x;
   const uint32_t ic = kClamp ? min(i, total_vec - 1) : i;
-  if constexpr (kClamp) {
-    uint32_t row, col;  // the address before the wait (no global memory read)
-    d_vec.divmod(ic, row, col);
-  }
-  SGL_PDL_WAIT();
-  if (!kExact && !kClamp && i >= total_vec) {
-    SGL_PDL_LAUNCH_DEPENDENTS();
-    return;
-  }
   const int64_t half = static_cast<int64_t>(d_vec.divisor) * 8;
   uint32_t row, col;
   d_vec.divmod(ic, row, col);
   const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * 8;
+  if constexpr (kPin) {
+    static_assert(kExact || kClamp, "the prefetched address must be valid");
+    static_assert(kPlain, "read-only loads move above the wait (the note above)");
+    pdl_wait_prefetched(x);  // kPin: the address computed before the wait (sgl_kernel/arch.cuh)
+  } else {
+    SGL_PDL_WAIT();
+  }
+  if (!kExact && !kClamp && i >= total_vec) {
+    SGL_PDL_LAUNCH_DEPENDENTS();
+    return;
+  }
   uint4 a, b;
-  if constexpr (kOrder == 2) {
+  if constexpr (kPlain) {  // plain ld.global (ordered after the wait like any load)
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(x) : "memory");
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(x + half) : "memory");
+  } else if constexpr (kOrder == 2) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(x + half));
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -390,8 +404,10 @@ int main(int argc, char** argv) {
   bool decode_only = false;  // --decode-only: skip the prefill GB/s section
   for (int a = 1; a < argc; ++a)
     if (std::string(argv[a]) == "--decode-only") decode_only = true;
-  // The four production shapes of activation.cu first, then alternatives; every variant of
-  // this list computes production's silu (the bitwise agreement check below).
+  // The four launch shapes of activation.cu first (the one-vector ones as before session 19,
+  // read-only loads without kPin; production's kPin instances are the "x.. pin" rows at the
+  // end), then alternatives; every variant of this list computes production's silu (the
+  // bitwise agreement check below).
   const std::vector<Variant> variants = {
       VARIANT(512, 8, 2, LP::kDefault, "large: t512 16B u2"),
       VARIANT(256, 8, 1, LP::kStream, "mid: t256 16B u1 nc"),
@@ -418,6 +434,9 @@ int main(int argc, char** argv) {
       VARIANT(256, 8, 4, LP::kDefault, "t256 16B u4"),
       VARIANT(256, 8, 2, LP::kEvictFirst, "t256 16B u2 ld.cs"),
       VARIANT(256, 8, 2, LP::kPrefetch, "t256 16B u2 ld.L2::256B"),
+      VARIANT_PIN(8, "x16 pin (production)"),
+      VARIANT_PIN(4, "x8 pin (production)"),
+      VARIANT_PIN(2, "x4 pin (production)"),
   };
   const size_t n_agree = variants.size();
   // Other silu formulations and the floors (they compute something else).
@@ -435,6 +454,10 @@ int main(int argc, char** argv) {
       Variant{"sv2 ftz exact", silu_sv2_kernel<1, 0, true>, 256, 1, 8},
       Variant{"sv2 ftz clamp", silu_sv2_kernel<1, 0, false, true>, 256, 1, 8},
       Variant{"sv2 ftz gate first clamp", silu_sv2_kernel<1, 1, false, true>, 256, 1, 8},
+      Variant{"sv2 ftz exact plain", silu_sv2_kernel<1, 0, true, false, false, true>, 256, 1, 8},
+      Variant{"sv2 ftz exact pin plain", silu_sv2_kernel<1, 0, true, false, true, true>, 256, 1, 8},
+      Variant{"sv2 ftz clamp pin plain", silu_sv2_kernel<1, 0, false, true, true, true>, 256, 1, 8},
+      Variant{"sv2 floor exact pin plain", silu_sv2_kernel<3, 0, true, false, true, true>, 256, 1, 8},
       Variant{"sv2 floor", silu_sv2_kernel<3, 0, false>, 256, 1, 8},
       Variant{"sv2 floor exact", silu_sv2_kernel<3, 0, true>, 256, 1, 8},
       Variant{"sv2 floor clamp", silu_sv2_kernel<3, 0, false, true>, 256, 1, 8},

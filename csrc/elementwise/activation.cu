@@ -25,13 +25,10 @@ bool try_launch_vec(const ActAndMulParams<T>& p, cudaStream_t stream, cudaError_
   }
   const FastDivmod d_vec(static_cast<uint32_t>(p.d / kElems));
   const dim3 grid(static_cast<uint32_t>(ceil_div<int64_t>(total_vec, kBlock * kUnroll)));
-  // One vector a thread: no bounds check when the grid covers the vectors exactly (every
-  // decode shape with d a multiple of 2048 at 16-byte vectors).
-  const bool exact = kUnroll == 1 && total_vec % kBlock == 0;
-  err = launch_kernel(exact ? act_and_mul_vec_kernel<T, kAct, kBlock, kElems, kUnroll, kLoad, kUnroll == 1>
-                            : act_and_mul_vec_kernel<T, kAct, kBlock, kElems, kUnroll, kLoad, false>,
-                      grid, dim3(kBlock), 0, stream, p.enable_pdl, p.out, p.input, d_vec,
-                      static_cast<uint32_t>(total_vec));
+  // One vector a thread: the wait with the address before it (kPin, activation.cuh).
+  constexpr bool kPin = kUnroll == 1;
+  err = launch_kernel(act_and_mul_vec_kernel<T, kAct, kBlock, kElems, kUnroll, kLoad, kPin>, grid, dim3(kBlock), 0,
+                      stream, p.enable_pdl, p.out, p.input, d_vec, static_cast<uint32_t>(total_vec));
   return true;
 }
 
@@ -44,8 +41,10 @@ cudaError_t launch_typed(const ActAndMulParams<T>& p, cudaStream_t stream) {
   // NOTE: launch shapes from the H200 sweep of benchmark/elementwise/tune_act_and_mul.cu
   // (PDL on, decode shapes L2-hot, prefill shapes from HBM):
   //   out < 64 KB   4-byte loads: most threads, T=1 d=14336 0.88 us (16-byte loads 1.23 us)
-  //   out < 1.5 MB  8-byte read-only loads: T=16 d=14336 1.27 us (16-byte 1.39 us)
-  //   out < 16 MB   16-byte read-only loads: T=128 d=14336 2.85 us
+  //   out < 1.5 MB  8-byte loads: T=16 d=14336 1.27 us (16-byte 1.39 us)
+  //   out < 16 MB   16-byte loads: T=128 d=14336 2.85 us
+  //   (the sweep of an older kernel with read-only loads; one vector a thread since session 19:
+  //   plain loads, kPin, activation.cuh's NOTE)
   //   larger        16-byte plain loads, 2 vectors per thread; silu on 512 threads (session 18, six
   //                 rounds on two machines, GB/s at 32768 x 14336 / 16384 x 14336 / 32768 x 4096:
   //                 4385-4396 / 4336-4360 / 4278-4288; 256 threads 4322-4352 / 4303-4318 /
@@ -59,13 +58,13 @@ cudaError_t launch_typed(const ActAndMulParams<T>& p, cudaStream_t stream) {
     constexpr int kLargeBlock = kAct == Activation::kSilu ? 512 : kThreads;
     if (try_launch_vec<T, kAct, 16, 2, LP::kDefault, kLargeBlock>(p, stream, err)) return err;
   } else if (out_bytes >= (int64_t{3} << 19)) {
-    if (try_launch_vec<T, kAct, 16, 1, LP::kStream>(p, stream, err)) return err;
+    if (try_launch_vec<T, kAct, 16, 1, LP::kDefault>(p, stream, err)) return err;
   }
   // Mid-small outputs, and the fallbacks when d or the pointers are not 16-byte aligned.
   if (out_bytes >= (int64_t{64} << 10)) {
-    if (try_launch_vec<T, kAct, 8, 1, LP::kStream>(p, stream, err)) return err;
+    if (try_launch_vec<T, kAct, 8, 1, LP::kDefault>(p, stream, err)) return err;
   }
-  if (try_launch_vec<T, kAct, 4, 1, LP::kStream>(p, stream, err)) return err;
+  if (try_launch_vec<T, kAct, 4, 1, LP::kDefault>(p, stream, err)) return err;
   const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(total, kThreads), int64_t{1} << 20);
   return launch_kernel(act_and_mul_scalar_kernel<T, kAct, kThreads>, dim3(static_cast<uint32_t>(blocks)),
                        dim3(kThreads), 0, stream, p.enable_pdl, p.out, p.input, p.d, total);

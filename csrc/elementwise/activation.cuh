@@ -59,39 +59,54 @@ __device__ __forceinline__ float activate(float x) {
 // decode-sized inputs over more threads and blocks. The PDL trigger goes once the loads are
 // issued (sgl_kernel/arch.cuh).
 // One vector a thread (kUnroll = 1): threads past the end load the last vector again and skip
-// the store, no branch before the loads; kExact (the grid covers total_vec exactly) drops the
-// bounds check altogether.
-// NOTE (H200, session 19, tune_act_and_mul.cu "sv2" rows, silu d=14336, us at T = 1 / 16 / 64
-// / 128): threads past the end leaving before their loads (a branch) 0.85 / 0.97 / 1.53 /
-// 2.00-2.03; no branch, the last vector loaded again 0.81 / 0.91 / 1.42 / 1.92; no bounds check
-// 0.80 / 0.91 / 1.41 / 1.89-1.90. With the branch the compiler placed the kernel parameters'
-// loads after the PDL wait, without it before.
+// the store, no branch before the loads. kPin (one vector a thread, plain loads): the PDL wait
+// with the thread's address computed before it (pdl_wait_prefetched, sgl_kernel/arch.cuh); the
+// launcher uses it for every one-vector instance.
+// NOTE (H200, session 19, tune_act_and_mul.cu, silu, us at T = 1 / 16 / 32 / 64 / 128 for
+// d=14336, then T = 1 / 16 / 128 for d=4096; two rounds): 16-byte vectors, threads past the end
+// leaving before their loads (a branch; session 18's kernel) 0.85 / 0.97 / 1.17 / 1.53 / 2.00-2.03
+// with this session's silu; the last vector reloaded instead and read-only loads 0.86 / 0.98 /
+// 1.50-1.52 / 1.86-1.88 / 2.43-2.44 (the compiler then loaded a kernel parameter across the
+// wait; how much that costs changed from build to build: 1.92 at T=128 in another); no bounds
+// check at all 0.79-0.80 / 0.92-0.93 / 1.10 / 1.41-1.42 / 1.91; reloaded with kPin 0.76 / 0.88
+// / 1.10 / 1.36-1.37 / 1.93, 0.74 / 0.80 / 1.14. 8-byte: read-only 0.73-0.75 / 0.93-0.94 / 1.17
+// / 1.61-1.63 / 2.85, 0.70-0.71 / 0.78-0.79 / 1.18-1.19; kPin 0.71 / 0.84 / 1.05 / 1.63 /
+// 2.86-2.87, 0.67 / 0.76-0.77 / 1.11-1.12. 4-byte: 0.72-0.75 / 1.05 / ..., 0.68 / 0.80-0.81 /
+// 1.94-1.95; kPin 0.74 / 1.05-1.07 / ..., 0.68-0.69 / 0.80-0.81 / 1.94-1.96. With kPin and
+// read-only (.nc) loads the compiler moved the loads above the wait too (invalid), hence plain
+// loads.
 // NOTE (H200, session 17: silu_and_mul bf16 d=14336 timed by tools/decode_rows.py, one dev
 // build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
 // 128): right after the wait 0.81 / 1.02 / 1.38 / 1.91 / 2.28, after the loads 0.76 / 0.98 /
 // 1.18 / 1.62 / 2.11, at the end 0.81 / 1.04 / 1.34 / 1.77 / 2.28.
 template <typename T, Activation kAct, int kThreads, int kVecElems, int kUnroll, LoadPolicy kLoad,
-          bool kExact = false>
+          bool kPin = false>
 __global__ void __launch_bounds__(kThreads)
     act_and_mul_vec_kernel(T* __restrict__ out,          // [rows, d]
                            const T* __restrict__ input,  // [rows, 2 * d]
                            FastDivmod d_vec,             // vectors per row (d / kVecElems)
                            uint32_t total_vec) {         // rows * d_vec, >= 1
   using V = Vec<T, kVecElems>;
-  static_assert(kUnroll == 1 || !kExact, "kExact: one vector a thread");
+  static_assert(kUnroll == 1 || !kPin, "kPin: one vector a thread");
+  static_assert(!kPin || kLoad == LoadPolicy::kDefault, "kPin: read-only loads would move above the wait");
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
   const int64_t half = static_cast<int64_t>(d_vec.divisor) * kVecElems;  // d
-  SGL_PDL_WAIT();
   V a[kUnroll], b[kUnroll];
   if constexpr (kUnroll == 1) {
     // No branch before the loads (the NOTE above).
-    const uint32_t i = kExact ? base : min(base, total_vec - 1);
+    const uint32_t i = min(base, total_vec - 1);
     uint32_t row, col;
     d_vec.divmod(i, row, col);
     const T* x = input + static_cast<int64_t>(row) * 2 * half + static_cast<int64_t>(col) * kVecElems;
+    if constexpr (kPin) {
+      pdl_wait_prefetched(x);
+    } else {
+      SGL_PDL_WAIT();
+    }
     a[0] = load_vec<V, kLoad>(x);
     b[0] = load_vec<V, kLoad>(x + half);
   } else {
+    SGL_PDL_WAIT();
     // The large path (more than 16 MB of output): loads behind the bounds check. The branch-free
     // form ran ~1 % slower there (silu bf16 T=32768 d=14336 642.5 us against 636.5, session 19).
 #pragma unroll
@@ -116,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kVecElems; ++k) {
       o[k] = from_float<T>(activate<kAct>(to_float(a[u][k])) * to_float(b[u][k]));
     }
-    if (kExact || i < total_vec) *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * kVecElems) = o;
+    if (i < total_vec) *reinterpret_cast<V*>(out + static_cast<int64_t>(i) * kVecElems) = o;
   }
 }
 

@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
     b_off[j] = outer * b_rows.outer + inner * b_rows.inner - kA;  // indexed by the output column
   }
 
-  SGL_PDL_WAIT();  // before any input is read
+  // Before any input is read; the prefetch: an a vector of the thread's first row.
+  pdl_wait_prefetched(a + (a_off[0] + (lane < kA ? lane : 0)));
   if constexpr (kEarlyPdl) SGL_PDL_LAUNCH_DEPENDENTS();
   V16 v[kRows][kPerRow];
 #pragma unroll

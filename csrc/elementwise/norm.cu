@@ -80,7 +80,11 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
-  SGL_PDL_WAIT();  // before any input is read (the weight included)
+  // Before any input is read (the weight included); the prefetched addresses: the lane's first
+  // input and weight vectors, or the row's start where the lane has none (rows past the end
+  // point at row 0).
+  const int first = exists(0) ? col(0) : 0;
+  pdl_wait_prefetched(in + first, p.weight + first);
   if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   Word4 x[kVpt], w[kVpt];
   float sum_sq = 0.f;
@@ -140,7 +144,8 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
   const T* in = p.input + row_offset(p.input_rows, outer, inner) + part;
   T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) + part : nullptr;
   T* out = p.out + row_offset(p.out_rows, outer, inner) + part;
-  SGL_PDL_WAIT();
+  // The thread's first input and weight vectors (always inside the row).
+  pdl_wait_prefetched(in + decode_col<kE, kK>(0), p.weight + part + decode_col<kE, kK>(0));
   static_assert(kTrig != PdlTrigger::kLate, "not measured");
   if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   float f[kK][kE];

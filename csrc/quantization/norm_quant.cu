@@ -55,7 +55,15 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
   const int tpr = blockDim.x;
   const int hv = static_cast<int>(p.hidden / kVec);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  SGL_PDL_WAIT();
+  {
+    // The lane's first vector of its row (row 0 / the row's start where it has none).
+    const int64_t off = (row < p.rows ? row * p.input_stride : 0) + (lane < hv ? lane * kVec : 0);
+    if constexpr (kNorm) {
+      pdl_wait_prefetched(p.input + off, p.weight + (lane < hv ? lane * kVec : 0));
+    } else {
+      pdl_wait_prefetched(p.input + off);
+    }
+  }
   // Early with the norm; at the end without it (the plain and masked group quant of many
   // rows measured slower with the early trigger). See sgl_kernel/arch.cuh.
   if constexpr (kNorm) SGL_PDL_LAUNCH_DEPENDENTS();
@@ -265,7 +273,16 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
 #elif defined(__CUDA_ARCH__)
   if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
-  SGL_PDL_WAIT();
+  {
+    // The lane's first input (and weight) vector: the decode layout covers the row exactly.
+    const int64_t part0 = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
+    const T* in0 = p.input + row * p.input_stride + part0 + decode_col<kElems, kK>(0);
+    if constexpr (kNorm) {
+      pdl_wait_prefetched(in0, p.weight + part0 + decode_col<kElems, kK>(0));
+    } else {
+      pdl_wait_prefetched(in0);
+    }
+  }
   static_assert(kTrig == PdlTrigger::kEarly || (kNorm && kTrig == PdlTrigger::kAfterLoads), "not measured");
   if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).

@@ -58,3 +58,31 @@ enum class PdlTrigger { kEarly, kAfterLoads, kLate };
   do {                              \
   } while (0)
 #endif
+
+namespace sgl_kernel {
+
+// The PDL wait, with the given addresses (and the kernel parameters they come from) in
+// registers before it: one L2 prefetch of each pointer, then SGL_PDL_WAIT().
+// Why: the compiler places loads of kernel parameters (LDC) and address arithmetic where it
+// likes, and put many of them after griddepcontrol.wait, so the first global load waited for
+// them after the wait returned. A prefetch is a memory instruction, issued in program order
+// before the wait, so whatever its address needs is computed before it. It moves no data into
+// registers, so it may run before the previous kernel has finished: its writes go to L2,
+// where the prefetch looks. Each pointer must be a valid global address (a row this thread
+// reads, or a tensor's base); without PDL the prefetches are a few extra instructions.
+// NOTE (H200, session 19, tune_rmsnorm.cu "prod", the decode-layout rmsnorm kernel with the
+// thread's first input and weight vectors prefetched, alternated twice, us at T = 1 / 16 /
+// 128): H=4096 1.18-1.19 / 1.26-1.27 / 1.55-1.56 -> 1.07 / 1.14 / 1.53; H=8192 1.44-1.46 /
+// 1.55-1.56 / 2.05-2.06 -> 1.31-1.32 / 1.42 / 1.93-1.94.
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+template <typename... Ptrs>
+__device__ __forceinline__ void pdl_wait_prefetched(const Ptrs*... ptrs) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  (prefetch_l2(ptrs), ...);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+}  // namespace sgl_kernel
