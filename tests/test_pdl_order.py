@@ -6,9 +6,9 @@ the stream still writes its inputs; griddepcontrol.wait (SGL_PDL_WAIT, pdl_wait_
 SASS ``ACQBULK``) holds it until that kernel has finished. The compiler may move read-only
 (``ld.global.nc``) loads across the wait: in session 19 a kernel whose address was computed
 before the wait had its loads scheduled above it, which reads stale data with nothing in the
-source to show it. This test dumps the SASS of common_ops and checks, for every kernel with a
-wait, that no global load, store or atomic comes before the wait in program order, apart from
-the kernels below that load before it by design. Runs without a GPU; needs cuobjdump (the CUDA
+source to show it. This test dumps the SASS of common_ops and checks, for every kernel of ours
+with a wait, that no global load, store or atomic comes before the wait in the listing, apart
+from the kernels below that load before it by design. Runs without a GPU; needs cuobjdump (the CUDA
 toolkit's or the one triton ships), skipped without it.
 """
 
@@ -30,6 +30,10 @@ ALLOWED = {
     # grid launches only after every block of that kernel has passed its own wait.
     r"tensor_code_kernel.*ELb1EEEv": "kPreload",
 }
+
+# CUTLASS's kernels (the GEMMs) branch by warp role before their wait, so the listing's order
+# is not program order there; the linear check below applies to straight-line prologues only.
+_CUTLASS = "_ZN7cutlass"
 
 _MEMORY = re.compile(r"^(@!?U?P[0-9T]+\s+)?(LDG|STG|LD|ST|ATOMG|ATOM|RED|REDG)(\.|\s)")
 
@@ -72,7 +76,7 @@ def test_no_global_access_before_the_pdl_wait():
     with_wait, offenders = 0, []
     for name, body in _kernels(out.stdout):
         waits = [i for i, ins in enumerate(body) if ins.startswith("ACQBULK")]
-        if not waits:
+        if not waits or name.startswith(_CUTLASS):
             continue
         with_wait += 1
         early = [ins for ins in body[: waits[0]] if _MEMORY.match(ins)]
