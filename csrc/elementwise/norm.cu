@@ -80,11 +80,15 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
-  // Before any input is read (the weight included); the prefetched addresses: the lane's first
-  // input and weight vectors, or the row's start where the lane has none (rows past the end
-  // point at row 0).
-  const int first = exists(0) ? col(0) : 0;
-  pdl_wait_prefetched(in + first, p.weight + first);
+  // Before any input is read (the weight included). The decode instances (kTpr > 0) prefetch
+  // the lane's first input and weight vectors first (pdl_wait_prefetched; rows past the end
+  // point at row 0); the many-row ones do not: with it the plain op at T=32768 H=4096 fell from
+  // ~4250 to 3332 GB/s (session 19).
+  if constexpr (kTpr > 0) {
+    pdl_wait_prefetched(in + col(0), p.weight + col(0));
+  } else {
+    SGL_PDL_WAIT();
+  }
   if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   Word4 x[kVpt], w[kVpt];
   float sum_sq = 0.f;

@@ -55,15 +55,9 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
   const int tpr = blockDim.x;
   const int hv = static_cast<int>(p.hidden / kVec);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  {
-    // The lane's first vector of its row (row 0 / the row's start where it has none).
-    const int64_t off = (row < p.rows ? row * p.input_stride : 0) + (lane < hv ? lane * kVec : 0);
-    if constexpr (kNorm) {
-      pdl_wait_prefetched(p.input + off, p.weight + (lane < hv ? lane * kVec : 0));
-    } else {
-      pdl_wait_prefetched(p.input + off);
-    }
-  }
+  // (Not pdl_wait_prefetched: with it the many-row calls ran slower, fused_rmsnorm_quant bf16
+  // T=32768 H=4096 154.9 us against 129.5; session 19. Decode rows take the decode kernel.)
+  SGL_PDL_WAIT();
   // Early with the norm; at the end without it (the plain and masked group quant of many
   // rows measured slower with the early trigger). See sgl_kernel/arch.cuh.
   if constexpr (kNorm) SGL_PDL_LAUNCH_DEPENDENTS();

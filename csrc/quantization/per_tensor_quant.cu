@@ -41,9 +41,9 @@ template <typename T, LoadPolicy kLoad = LoadPolicy::kStream>
 __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   constexpr int kVec = kVec16<T>;
   __shared__ uint32_t scratch[kThreads / 32];
+  SGL_PDL_WAIT();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  pdl_wait_prefetched(p.input + (tid < num_vec ? tid * kVec : 0));  // the thread's first vector
   uint32_t amax = 0;
   for (int64_t i = tid; i < num_vec; i += stride * kUnroll) {
     Vec16<T> x[kUnroll];
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
     const int64_t i = base + u * kThreads;
     if (i < num_vec) x[u] = load_vec<V, kLoad>(p.input + i * kElems);
   }
-  if constexpr (kPreload) pdl_wait_prefetched(p.scale);  // the scale's address before the wait
+  if constexpr (kPreload) SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   const float inv = inverse_scale(*p.scale);
   store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kThreads, num_vec, inv, -kFp8Max, kFp8Max, false);
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kVpt <= 4 ? kSmallThreads : kSmallThreads / 2)
   const int lane = tid & 31;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + tid;  // one cluster: rank = blockIdx.x
   const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  pdl_wait_prefetched(p.input + (g < num_vec ? g * kVec : 0));  // the thread's first vector
+  SGL_PDL_WAIT();
   // Early (at most 16 blocks). NOTE (H200, session 16, bench_per_token_quant.py --no-compile,
   // alternated A B A B, us at T = 1 / 16): per_tensor_dyn_op 1.27 / 2.06 with the trigger at the
   // end, 1.11 / 1.86 right after the wait.
