@@ -63,18 +63,18 @@ __device__ __forceinline__ float activate(float x) {
 // with the thread's address computed before it (pdl_wait_prefetched, sgl_kernel/arch.cuh); the
 // launcher uses it for every one-vector instance.
 // NOTE (H200, session 19, tune_act_and_mul.cu, silu, us at T = 1 / 16 / 32 / 64 / 128 for
-// d=14336, then T = 1 / 16 / 128 for d=4096; two rounds): 16-byte vectors, threads past the end
-// leaving before their loads (a branch; session 18's kernel) 0.85 / 0.97 / 1.17 / 1.53 / 2.00-2.03
-// with this session's silu; the last vector reloaded instead and read-only loads 0.86 / 0.98 /
-// 1.50-1.52 / 1.86-1.88 / 2.43-2.44 (the compiler then loaded a kernel parameter across the
-// wait; how much that costs changed from build to build: 1.92 at T=128 in another); no bounds
-// check at all 0.79-0.80 / 0.92-0.93 / 1.10 / 1.41-1.42 / 1.91; reloaded with kPin 0.76 / 0.88
-// / 1.10 / 1.36-1.37 / 1.93, 0.74 / 0.80 / 1.14. 8-byte: read-only 0.73-0.75 / 0.93-0.94 / 1.17
-// / 1.61-1.63 / 2.85, 0.70-0.71 / 0.78-0.79 / 1.18-1.19; kPin 0.71 / 0.84 / 1.05 / 1.63 /
-// 2.86-2.87, 0.67 / 0.76-0.77 / 1.11-1.12. 4-byte: 0.72-0.75 / 1.05 / ..., 0.68 / 0.80-0.81 /
-// 1.94-1.95; kPin 0.74 / 1.05-1.07 / ..., 0.68-0.69 / 0.80-0.81 / 1.94-1.96. With kPin and
-// read-only (.nc) loads the compiler moved the loads above the wait too (invalid), hence plain
-// loads.
+// d=14336, then T = 1 / 16 / 128 for d=4096; rounds on one machine): 16-byte vectors, session
+// 18's kernel (loads behind the bounds check, read-only) 0.86-0.88 / 0.98-1.00 / 1.19-1.21 /
+// 1.54-1.57 / 2.08-2.14; the last vector reloaded instead (no branch), read-only loads 0.86 /
+// 0.98 / 1.50-1.52 / 1.86-1.88 / 2.43-2.44 (1.10 / 1.42 / 1.92 from T=32 in another build: it
+// hinges on where the compiler puts the parameter loads around the wait); no bounds check at
+// all 0.79-0.80 / 0.92-0.93 / 1.10 / 1.41-1.42 / 1.91; reloaded with kPin 0.76 / 0.88 / 1.10
+// / 1.36-1.37 / 1.93, 0.74 / 0.80 / 1.14. 8-byte: read-only 0.73-0.75 / 0.93-0.94 / 1.17 /
+// 1.61-1.63 / 2.85, 0.70-0.71 / 0.78-0.79 / 1.18-1.19; kPin 0.71 / 0.84 / 1.05 / 1.63 /
+// 2.86-2.87, 0.67 / 0.76-0.77 / 1.11-1.12. 4-byte: read-only 0.72-0.75 / 1.05 at d=14336,
+// 0.68 / 0.80-0.81 / 1.94-1.95; kPin 0.74 / 1.05-1.07, 0.68-0.69 / 0.80-0.81 / 1.94-1.96. With
+// kPin and read-only (.nc) loads the compiler moved the loads above the wait too (invalid:
+// tests/test_pdl_order.py), hence plain loads.
 // NOTE (H200, session 17: silu_and_mul bf16 d=14336 timed by tools/decode_rows.py, one dev
 // build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
 // 128): right after the wait 0.81 / 1.02 / 1.38 / 1.91 / 2.28, after the loads 0.76 / 0.98 /

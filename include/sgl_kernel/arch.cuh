@@ -70,10 +70,16 @@ namespace sgl_kernel {
 // registers, so it may run before the previous kernel has finished: its writes go to L2,
 // where the prefetch looks. Each pointer must be a valid global address (a row this thread
 // reads, or a tensor's base); without PDL the prefetches are a few extra instructions.
+// Read-only (ld.global.nc) loads must not follow it: the compiler moved such loads above the
+// wait once their address was ready (tests/test_pdl_order.py checks every kernel's SASS).
 // NOTE (H200, session 19, tune_rmsnorm.cu "prod", the decode-layout rmsnorm kernel with the
 // thread's first input and weight vectors prefetched, alternated twice, us at T = 1 / 16 /
 // 128): H=4096 1.18-1.19 / 1.26-1.27 / 1.55-1.56 -> 1.07 / 1.14 / 1.53; H=8192 1.44-1.46 /
-// 1.55-1.56 / 2.05-2.06 -> 1.31-1.32 / 1.42 / 1.93-1.94.
+// 1.55-1.56 / 2.05-2.06 -> 1.31-1.32 / 1.42 / 1.93-1.94. Used where measured faster (decode
+// RMSNorm and norm + quant kernels, concat tiles, the one-vector activation kernel). It lost
+// in the many-row RMSNorm and norm + quant vector kernels (rmsnorm T=32768 H=4096 4247 -> 3332
+// GB/s) and in the per-tensor quant kernels (per_tensor_dyn_op T=128 2.34 -> 5.52 us), which
+// keep SGL_PDL_WAIT() (benchmark/RESULTS.md, session 19).
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
