@@ -267,21 +267,19 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
 #elif defined(__CUDA_ARCH__)
   if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
-  {
-    // The lane's first input (and weight) vector: the decode layout covers the row exactly.
-    const int64_t part0 = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
-    const T* in0 = p.input + row * p.input_stride + part0 + decode_col<kElems, kK>(0);
-    if constexpr (kNorm) {
-      pdl_wait_prefetched(in0, p.weight + part0 + decode_col<kElems, kK>(0));
-    } else {
-      pdl_wait_prefetched(in0);
-    }
+  // This block's slice of the row (elements), and the wait with the lane's first input (and
+  // weight) vector prefetched: the decode layout covers the row exactly.
+  const int64_t part = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
+  const T* in0 = p.input + row * p.input_stride + part + decode_col<kElems, kK>(0);
+  if constexpr (kNorm) {
+    pdl_wait_prefetched(in0, p.weight + part + decode_col<kElems, kK>(0));
+  } else {
+    pdl_wait_prefetched(in0);
   }
   static_assert(kTrig == PdlTrigger::kEarly || (kNorm && kTrig == PdlTrigger::kAfterLoads), "not measured");
   if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).
   const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
-  const int64_t part = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
   // Group warp * kK + k is this warp's chunk k (sgl_kernel/row_norm.cuh: 128-element chunks).
   static_assert(32 * kElems == kDecodeGroup, "a chunk of the decode layout is a group");
   float f[kK][kElems];  // the row in fp32 (fused: the rounded sum, which is stored)
