@@ -617,6 +617,19 @@ cudaError_t run_dec(const P& p, cudaStream_t stream) {
                        rows_inner);
 }
 
+// norm.cu's rmsnorm_decode_kernel in other layouts (session 20): kE elements a lane load (8:
+// 16-byte pieces of bf16), kK chunks a warp, trigger right after the wait (kEarly) or once the
+// loads are issued (kAfterLoads); one block a row of hidden / (32 kE kK) warps.
+template <int kE, int kK, PdlTrigger kTrig, bool kFused>
+cudaError_t run_decx(const P& p, cudaStream_t stream) {
+  constexpr int64_t kWarpElems = 32 * kE * kK;
+  if (p.rows > 256 || p.hidden % kWarpElems != 0 || p.hidden / kWarpElems > 32) return cudaErrorNotSupported;
+  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  return launch_kernel(rmsnorm_decode_kernel<T, kFused, false, false, kTrig, kE, kK>,
+                       dim3(static_cast<uint32_t>(p.rows)), dim3(static_cast<uint32_t>(p.hidden / kWarpElems * 32)), 0,
+                       stream, p.enable_pdl, p, rows_inner);
+}
+
 // norm.cu's rmsnorm_exact_kernel on rows of exactly kThreads * kChunks vectors.
 template <int kThreads, int kChunks, int kHint, bool kRegs>
 cudaError_t run_exact_op(const P& p, cudaStream_t stream, bool fused) {
@@ -633,6 +646,8 @@ cudaError_t run_exact(const P& p, cudaStream_t stream) {
 #define KV(NAME, TPR, LATE, WHY) \
   Variant { NAME, run_kv<TPR, LATE, false>, run_kv<TPR, LATE, true>, WHY }
 
+#define DECX(NAME, E, K, TRIG, WHY) \
+  Variant { NAME, run_decx<E, K, PdlTrigger::TRIG, false>, run_decx<E, K, PdlTrigger::TRIG, true>, WHY }
 #define IND(NAME, THREADS, CHUNKS, BYTES, PDL, WHY) \
   Variant { NAME, run_ind<THREADS, CHUNKS, BYTES, PDL>, run_unsupported, WHY }
 
@@ -776,6 +791,21 @@ const std::vector<Variant>& variants() {
           .load = LP::kKeepL2, .store = SP::kStream),
       {"x t1024 c1 regs h1", run_exact<1024, 1, 1, true>, run_exact<1024, 1, 1, true>, "rmsnorm_exact_kernel, one 1024-vector chunk in registers, h1 (the fused op's H=8192 shape)"},
       {"x t1024 c1 regs h7", run_exact<1024, 1, 7, true>, run_exact<1024, 1, 7, true>, "as x t1024 c1 regs h1, the output stored evict_first"},
+      // Decode kernel layouts (session 20):
+      DECX("dx e4k4 early", 4, 4, kEarly, "the decode kernel, 4 elements a lane load, 4 chunks a warp, trigger early"),
+      DECX("dx e4k4 mid", 4, 4, kAfterLoads, "the decode kernel, 4 elements a lane load, 4 chunks a warp, trigger mid"),
+      DECX("dx e4k2 early", 4, 2, kEarly, "the decode kernel, 4 elements a lane load, 2 chunks a warp, trigger early"),
+      DECX("dx e4k2 mid", 4, 2, kAfterLoads, "the decode kernel, 4 elements a lane load, 2 chunks a warp, trigger mid"),
+      DECX("dx e4k8 early", 4, 8, kEarly, "the decode kernel, 4 elements a lane load, 8 chunks a warp, trigger early"),
+      DECX("dx e4k8 mid", 4, 8, kAfterLoads, "the decode kernel, 4 elements a lane load, 8 chunks a warp, trigger mid"),
+      DECX("dx e8k1 early", 8, 1, kEarly, "the decode kernel, 8 elements a lane load, 1 chunks a warp, trigger early"),
+      DECX("dx e8k1 mid", 8, 1, kAfterLoads, "the decode kernel, 8 elements a lane load, 1 chunks a warp, trigger mid"),
+      DECX("dx e8k2 early", 8, 2, kEarly, "the decode kernel, 8 elements a lane load, 2 chunks a warp, trigger early"),
+      DECX("dx e8k2 mid", 8, 2, kAfterLoads, "the decode kernel, 8 elements a lane load, 2 chunks a warp, trigger mid"),
+      DECX("dx e8k4 early", 8, 4, kEarly, "the decode kernel, 8 elements a lane load, 4 chunks a warp, trigger early"),
+      DECX("dx e8k4 mid", 8, 4, kAfterLoads, "the decode kernel, 8 elements a lane load, 4 chunks a warp, trigger mid"),
+      DECX("dx e8k8 early", 8, 8, kEarly, "the decode kernel, 8 elements a lane load, 8 chunks a warp, trigger early"),
+      DECX("dx e8k8 mid", 8, 8, kAfterLoads, "the decode kernel, 8 elements a lane load, 8 chunks a warp, trigger mid"),
   };
   return v;
 }

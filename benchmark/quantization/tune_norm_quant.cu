@@ -322,6 +322,37 @@ Variant decode_norm_variant(int64_t rows, int64_t hidden) {
   return v;
 }
 
+// norm_quant.cu's decode kernel (one block a row, no split, no cluster) with the PDL trigger
+// right after the wait (kEarly) or once the loads are issued (kAfterLoads), for the plain and
+// the fused op (session 20: the trigger placements of session 17 predate the prefetched wait).
+template <PdlTrigger kTrig>
+Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = std::string(kTrig == PdlTrigger::kEarly ? "qd early" : "qd mid");
+  for (int a = 0; a < 2; ++a) {
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      const RowQuantParams<T> p = params(b, rows, hidden, a == 1);
+      const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
+      if (rows > 256 || hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) {
+        return cudaErrorNotSupported;
+      }
+      const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
+      if (g_packed) {
+        return a ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kTrig>,
+                                 grid, block, 0, s, true, p)
+                 : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, true, false, 1, kTrig>,
+                                 grid, block, 0, s, true, p);
+      }
+      return a ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, kTrig>, grid,
+                               block, 0, s, true, p)
+               : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, true, false, 1, kTrig>, grid,
+                               block, 0, s, true, p);
+    };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  return v;
+}
+
 // qmax other than 448 (the "flat~" row): the fp8 codes need a clamp, which the decode kernel
 // leaves to the flat kernel; the scales then differ (its check fails), the time is the flat
 // kernel's (the clamp is two instructions per element).
@@ -519,6 +550,8 @@ int run(int argc, char** argv) {
           vs.push_back(diag_variant<2, 64, 2, 4>(Tn, H));
           vs.push_back(diag_variant<2, 64, 2, 7>(Tn, H));
         }
+        vs.push_back(decode_trigger_variant<PdlTrigger::kEarly>(Tn, H));
+        vs.push_back(decode_trigger_variant<PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(shape_variant<1, 32, 128>(Tn, H));
         vs.push_back(shape_variant<1, 64, 128>(Tn, H));
         vs.push_back(shape_variant<2, 64, 128>(Tn, H));

@@ -127,10 +127,12 @@ constexpr int64_t kDecodeMaxHidden[2] = {8192, 7168};  // [fused]
 // kCluster (sm90+): a cluster of blocks per row, block r of it holding the r-th slice of
 // blockDim.x / 32 * 512 elements; the blocks' sums of squares are added through distributed
 // shared memory in rank order (cluster_reduce), so every block gets the same scale.
-// kTrig: the PDL trigger right after the wait or once the loads are issued (kDecodeTrigger).
-template <typename T, bool kFused, bool kGemma, bool kCluster = false, PdlTrigger kTrig = PdlTrigger::kEarly>
+// kTrig: the PDL trigger right after the wait (the launcher's choice) or once the loads are issued.
+// kE, kK: elements a lane loads at a time and chunks a warp (the decode layout's; a warp holds
+// 32 * kE * kK elements of the row).
+template <typename T, bool kFused, bool kGemma, bool kCluster = false, PdlTrigger kTrig = PdlTrigger::kEarly,
+          int kE = kDecodeElems, int kK = kDecodeChunks>
 __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
-  constexpr int kE = kDecodeElems, kK = kDecodeChunks;
   __shared__ float scratch[32];
   uint32_t row = blockIdx.x, rank = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
 #elif defined(__CUDA_ARCH__)
   if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
-  const int64_t part = static_cast<int64_t>(rank) * (blockDim.x / 32) * kDecodeRowElems;  // this block's slice
+  const int64_t part = static_cast<int64_t>(rank) * (blockDim.x / 32) * (32 * kE * kK);  // this block's slice
   uint32_t outer, inner;
   rows_inner.divmod(row, outer, inner);
   const T* in = p.input + row_offset(p.input_rows, outer, inner) + part;
@@ -171,7 +173,11 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
       const float g = to_float(w[k][e]);
       o[e] = from_float<T>(f[k][e] * scale * (kGemma ? 1.0f + g : g));
     }
-    *reinterpret_cast<Vec<T, kE>*>(out + decode_col<kE, kK>(k)) = o;
+    if constexpr (sizeof(o) == 16) {
+      store_vec(out + decode_col<kE, kK>(k), o);
+    } else {
+      *reinterpret_cast<Vec<T, kE>*>(out + decode_col<kE, kK>(k)) = o;
+    }
   }
 }
 
@@ -410,8 +416,8 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
                        p.enable_pdl, p, rows_inner);
 }
 
-// The PDL trigger of the decode kernel: once the loads are issued for the fused op on rows
-// longer than 4096, else right after the wait. And of the vector kernel on decode rows of
+// The PDL trigger of the decode kernel: right after the wait (session 20; see below). And of
+// the vector kernel on decode rows of
 // exactly 1024 vectors: once the loads are issued up to kExact1024MidRows rows, else at the
 // end. NOTE (H200, session 17: bf16 decode rows timed by tools/decode_rows.py, one dev
 // build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
@@ -422,8 +428,13 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 //   fused H=7168  1.75 / 1.93 / 1.94 / 2.03 / 2.42 against 1.70 / 1.83 / 1.86 / 1.97 / 2.36
 // Vector kernel, fused H=8192, at the end against after the loads: 1.80 / 2.00 / 2.01 / 2.15 /
 // 2.49 against 1.69 / 1.84 / 1.89 / 2.09 / 3.16 (2.55 at T=128 on another machine).
+// Session 20 (H100, tune_rmsnorm.cu "dx e4k4 early" / "dx e4k4 mid", the decode kernel with the
+// prefetched wait of session 19, two runs in one call, us at T = 1 / 16 / 64 / 128): fused
+// H=7168 1.64 / 1.80 / 2.01 / 2.42 right after the wait against 1.68 / 1.80-1.82 / 2.03 / 2.52
+// after the loads (production then), so the fused op now triggers right after the wait too.
+// (Also measured there: the decode kernel with 16-byte loads, "dx e8k*": no faster at any row;
+// benchmark/RESULTS.md, session 20.)
 constexpr int64_t kExact1024MidRows = 64;
-bool decode_after_loads(bool fused, int64_t hidden) { return fused && hidden > 4096; }
 bool exact_1024_after_loads(int64_t rows) { return rows <= kExact1024MidRows; }
 
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
@@ -662,10 +673,6 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
     }
     if (p.hidden <= kDecodeMaxHidden[kFused]) {
       const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32));
-      if (decode_after_loads(kFused, p.hidden)) {
-        return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, PdlTrigger::kAfterLoads>, grid, block, 0,
-                             stream, p.enable_pdl, p, rows_inner);
-      }
       return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl, p,
                            rows_inner);
     }

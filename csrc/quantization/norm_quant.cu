@@ -235,13 +235,20 @@ constexpr int kDecodeMaxThreads = 1024;
 // slice of blockDim.x / 32 * 512 elements (whole groups); the sums of squares are added
 // through distributed shared memory (cluster_reduce), so every block gets the same rstd.
 // kTrig: the PDL trigger right after the wait, or (with the norm) once the loads are issued.
-// The fused op takes the latter, the plain norm op and the plain quant the former. NOTE (H200,
+// Every launch takes the former since session 20 (below); the fused op took the latter. NOTE (H200,
 // session 17: decode rows timed by tools/decode_rows.py, one dev build choosing the
 // placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 / 128, right after the
 // wait against after the loads): add_rmsnorm_q H=4096 1.65 / 1.78 / 1.81 / 1.86 / 2.06 against
 // 1.63 / 1.73 / 1.79 / 1.83 / 2.06; add_rmsnorm_ue8m0 H=7168 2.12 / 2.25 / 2.28 / 2.37 / 2.66
 // against 2.08 / 2.17 / 2.20 / 2.32 / 2.65. The plain op (another run, T = 1 / 16 / 128):
 // rmsnorm_q_ue8m0 H=7168 1.45 / 1.61 / 2.17 against 1.57 / 1.71 / 2.19.
+// Session 20 (H100, tune_norm_quant.cu "qd early" / "qd mid", the kernel with the prefetched
+// wait of session 19, four runs in two calls, us at T = 1 / 16 / 64 / 128, after the loads
+// against right after the wait): add H=4096 row-major 1.60-1.62 / 1.69 / 1.87 / 2.09-2.12
+// against 1.59-1.60 / 1.68 / 1.85-1.86 / 2.06-2.08; add H=7168 2.00-2.01 / 2.08-2.10 / 2.26 /
+// 2.59-2.61 against 1.99-2.01 / 2.07-2.08 / 2.24-2.25 / 2.54-2.57; packed UE8M0 add H=4096 2.16
+// against 2.12-2.13 at T=128, H=7168 2.66-2.69 against 2.64-2.74. The fused op now triggers
+// right after the wait as well.
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
           PdlTrigger kTrig = PdlTrigger::kEarly>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
@@ -438,12 +445,10 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
                                    0, stream, p.enable_pdl, p);
   }
   if (fused) {
-    constexpr PdlTrigger kAfter = PdlTrigger::kAfterLoads;
-    return row_f32
-               ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, kAfter>, grid,
-                               block, 0, stream, p.enable_pdl, p)
-               : launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kAfter>,
-                               grid, block, 0, stream, p.enable_pdl, p);
+    return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32>, grid, block, 0, stream,
+                                   p.enable_pdl, p)
+                   : launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0>, grid, block, 0,
+                                   stream, p.enable_pdl, p);
   }
   return row_f32 ? launch_norm_decode_split<T, DecodeScales::kRowF32>(p, split, grid, block, stream)
                  : launch_norm_decode_split<T, DecodeScales::kPackedUe8m0>(p, split, grid, block, stream);

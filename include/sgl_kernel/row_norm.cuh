@@ -189,7 +189,15 @@ __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* w
       sum_sq += f[k][e] * f[k][e];
     }
     if constexpr (kFused) {
-      if (owned) *reinterpret_cast<V*>(res + decode_col<kElems, kK>(k)) = sum;
+      if (owned) {
+        // (16-byte vectors through store_vec: a struct copy may split them; the 8-byte ones
+        // keep the struct copy, whose schedule was measured.)
+        if constexpr (sizeof(V) == 16) {
+          store_vec(res + decode_col<kElems, kK>(k), sum);
+        } else {
+          *reinterpret_cast<V*>(res + decode_col<kElems, kK>(k)) = sum;
+        }
+      }
     }
   }
   return row_group_sum(sum_sq, static_cast<int>(blockDim.x), scratch);

@@ -153,6 +153,15 @@ __device__ __forceinline__ V load_vec(const void* p) {
   return v;
 }
 
+// Store of a 4-, 8- or 16-byte vector as one instruction (through a plain word of its size,
+// as load_vec: a struct copy may be split into member stores).
+template <typename V>
+__device__ __forceinline__ void store_vec(void* p, const V& v) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "4-, 8- or 16-byte vectors");
+  using W = std::conditional_t<sizeof(V) == 16, uint4, std::conditional_t<sizeof(V) == 8, uint2, uint32_t>>;
+  *reinterpret_cast<W*>(p) = *reinterpret_cast<const W*>(&v);
+}
+
 // 16-byte load of data read exactly once, that no thread of the same kernel writes.
 template <typename T>
 __device__ __forceinline__ Vec16<T> load16_stream(const T* p) {
