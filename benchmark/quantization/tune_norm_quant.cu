@@ -353,6 +353,132 @@ Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
   return v;
 }
 
+// The decode kernel's quantization epilogue taken apart (session 20): a copy of
+// norm_quant_decode_kernel (one block a row, trigger right after the wait) with kFlags:
+// 1 = hidden and qmax converted / loaded before the wait (an empty asm pins them there);
+// 2 = UE8M0 scales: inverse_pow2 (else inverse_scale); 16 = every lane works out all four groups' scales (no shuffles of the
+//     inverses); diagnostics with wrong output: 4 = no warp-wide maximum (each lane's own),
+//     8 = no scales at all (codes of y itself, nothing stored but the codes).
+// 32 = the division amax / qmax by quant.cuh's scale_from_amax_recip (the reciprocal of qmax
+//      formed before the wait).
+// 64 = the scale's address (row-major: this lane's group; packed: the warp's word) formed
+//      before the wait.
+// Rows "qx F" (F = kFlags).
+template <bool kFused, DecodeScales kScales, int kFlags>
+__global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const RowQuantParams<T> p) {
+  constexpr int kElems = 4, kK = kDecodeGroupsPerLane;
+  using V = Vec<T, kElems>;
+  __shared__ float scratch[32];
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x;
+  const T* in0 = p.input + row * p.input_stride + decode_col<kElems, kK>(0);
+  float hf = static_cast<float>(p.hidden), qmax = p.qmax;
+  float rq = 0.f;
+  bool q_ok = false;
+  if constexpr ((kFlags & 32) != 0) {
+    rq = __frcp_rn(qmax);
+    q_ok = qmax_recip_ok(qmax);
+  }
+  if constexpr ((kFlags & 1) != 0) asm volatile("" : "+f"(hf), "+f"(qmax), "+f"(rq));
+  const int warp0 = static_cast<int>(threadIdx.x >> 5), mine0 = static_cast<int>(threadIdx.x & (kK - 1));
+  float* srow = static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp0 * kK + mine0;
+  uint32_t* sword = static_cast<uint32_t*>(p.scales.ptr) + row * p.scales.stride_m + warp0 * p.scales.stride_g;
+  if constexpr ((kFlags & 64) != 0) asm volatile("" : "+l"(srow), "+l"(sword));
+  pdl_wait_prefetched(in0, p.weight + decode_col<kElems, kK>(0));
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  float f[kK][kElems];
+  V w[kK];
+  const float sum_sq = decode_row_load<T, kElems, kK, kFused>(p.input + row * p.input_stride,
+                                                              kFused ? p.residual + row * p.residual_stride : nullptr,
+                                                              p.weight, f, w, scratch);
+  const float rstd = rsqrtf(sum_sq / hf + p.rms_eps);
+  float y[kK][kElems];
+  uint32_t gmax[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    float amax = 0.f;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      y[k][e] = f[k][e] * rstd * to_float(w[k][e]);
+      amax = max_abs_nan(amax, y[k][e]);
+    }
+    gmax[k] = (kFlags & 4) ? __float_as_uint(amax) : __reduce_max_sync(0xffffffffu, __float_as_uint(amax));
+  }
+  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
+  if constexpr ((kFlags & 8) != 0) {
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
+          to_codes<QuantCode::kFp8>(y[k], 1.0f, p.qmin, p.qmax, false);
+    }
+    return;
+  }
+  auto inverse = [](float used) {
+    if constexpr ((kFlags & 2) != 0 && kScales == DecodeScales::kPackedUe8m0) {
+      return inverse_pow2(used);
+    } else {
+      return inverse_scale(used);
+    }
+  };
+  auto rounded = [](float s) { return kScales == DecodeScales::kRowF32 ? s : ue8m0_ceil(s); };
+  auto scale_of = [&](uint32_t bits) {
+    if constexpr ((kFlags & 32) != 0) {
+      return scale_from_amax_recip(bits, p.eps, qmax, rq, q_ok);
+    } else {
+      return scale_from_amax(bits, p.eps, qmax);
+    }
+  };
+  const int mine = lane & (kK - 1);
+  float inv_k[kK];
+  if constexpr ((kFlags & 16) != 0) {
+#pragma unroll
+    for (int k = 0; k < kK; ++k) inv_k[k] = inverse(rounded(scale_of(gmax[k])));
+  }
+  uint32_t m = gmax[0];
+#pragma unroll
+  for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
+  const float s = scale_of(m);
+  const float used = rounded(s);
+  if constexpr (kScales == DecodeScales::kRowF32) {
+    if (lane < kK) *srow = s;
+  } else {
+    const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
+    const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
+    if (lane == 0) *sword = word;
+  }
+  const float inv = (kFlags & 16) ? 0.f : inverse(used);
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    const float ik = (kFlags & 16) ? inv_k[k] : __shfl_sync(0xffffffffu, inv, k);
+    *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
+        to_codes<QuantCode::kFp8>(y[k], ik, p.qmin, p.qmax, false);
+  }
+}
+
+template <int kFlags>
+Variant diag_decode_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = "qx " + std::to_string(kFlags);
+  for (int a = 0; a < 2; ++a) {
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      const RowQuantParams<T> p = params(b, rows, hidden, a == 1);
+      const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
+      if (rows > 256 || hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) {
+        return cudaErrorNotSupported;
+      }
+      const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
+      if (g_packed) {
+        return a ? launch_kernel(diag_decode_kernel<true, DecodeScales::kPackedUe8m0, kFlags>, grid, block, 0, s, true, p)
+                 : launch_kernel(diag_decode_kernel<false, DecodeScales::kPackedUe8m0, kFlags>, grid, block, 0, s, true, p);
+      }
+      return a ? launch_kernel(diag_decode_kernel<true, DecodeScales::kRowF32, kFlags>, grid, block, 0, s, true, p)
+               : launch_kernel(diag_decode_kernel<false, DecodeScales::kRowF32, kFlags>, grid, block, 0, s, true, p);
+    };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  return v;
+}
+
 // qmax other than 448 (the "flat~" row): the fp8 codes need a clamp, which the decode kernel
 // leaves to the flat kernel; the scales then differ (its check fails), the time is the flat
 // kernel's (the clamp is two instructions per element).
@@ -389,7 +515,52 @@ cudaError_t group_quant_flat(const Set& b, int64_t rows, int64_t hidden, cudaStr
   return cudaSuccess;
 }
 
+// --check-div: quant.cuh's scale_from_amax_recip (eps 0) against __fdiv_rn for every fp32 bit
+// pattern as the dividend (sign cleared: an absolute maximum), at several divisors; and
+// inverse_pow2 against inverse_scale for every biased exponent. Prints the number of
+// differing results (bitwise; NaN results compared as NaN).
+__global__ void check_div_kernel(float b, unsigned long long* bad) {
+  const float r = __frcp_rn(b);
+  const bool q_ok = qmax_recip_ok(b);
+  unsigned long long n = 0;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < (uint64_t{1} << 32);
+       i += uint64_t(gridDim.x) * blockDim.x) {
+    const uint32_t a = static_cast<uint32_t>(i) & 0x7fffffffu;  // amax: non-negative (both halves of the range run)
+    const float want = __fdiv_rn(__uint_as_float(a), b);
+    const float got = scale_from_amax_recip(a, 0.0f, b, r, q_ok);
+    const bool same = __float_as_uint(want) == __float_as_uint(got) || (isnan(want) && isnan(got));
+    n += same ? 0 : 1;
+  }
+  atomicAdd(bad, n);
+}
+__global__ void check_inv_kernel(unsigned long long* bad) {
+  const uint32_t e = threadIdx.x;  // every biased exponent 0..255: the power of two 2^(e - 127), 0, inf, NaN
+  const float used = e == 255 ? __uint_as_float(0x7f800000u | (blockIdx.x ? 0x400000u : 0u)) : __uint_as_float(e << 23);
+  const float want = inverse_scale(used);
+  const float got = inverse_pow2(used);
+  const bool same = __float_as_uint(want) == __float_as_uint(got) || (isnan(want) && isnan(got));
+  if (!same) atomicAdd(bad, 1ull);
+}
+int check_div() {
+  unsigned long long* bad;
+  CK(cudaMallocManaged(&bad, sizeof(*bad)));
+  for (float b : {448.0f, 1000.0f, 240.0f, 57344.0f, 127.0f, 512.0f, 449.0f, 3.0f, 1.0f, 0.1f, 65504.0f}) {
+    *bad = 0;
+    check_div_kernel<<<1320, 256>>>(b, bad);
+    CK(cudaDeviceSynchronize());
+    std::printf("scale_from_amax_recip vs __fdiv_rn, divisor %g: %llu of 2^32 dividends differ\n", b, *bad);
+  }
+  *bad = 0;
+  check_inv_kernel<<<2, 256>>>(bad);
+  CK(cudaDeviceSynchronize());
+  std::printf("inverse_pow2 vs inverse_scale: %llu of 512 differ\n", *bad);
+  return 0;
+}
+
 int run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--check-div")) return check_div();
+  }
   std::vector<int64_t> Ts = {1, 16, 128, 1024, 4096, 32768}, Hs = {4096, 7168};
   int ops = 7;
   bool diag = false, norms = false;
@@ -552,6 +723,14 @@ int run(int argc, char** argv) {
         }
         vs.push_back(decode_trigger_variant<PdlTrigger::kEarly>(Tn, H));
         vs.push_back(decode_trigger_variant<PdlTrigger::kAfterLoads>(Tn, H));
+        vs.push_back(diag_decode_variant<0>(Tn, H));
+        vs.push_back(diag_decode_variant<8>(Tn, H));
+        vs.push_back(diag_decode_variant<33>(Tn, H));
+        vs.push_back(diag_decode_variant<35>(Tn, H));
+        vs.push_back(diag_decode_variant<64>(Tn, H));
+        vs.push_back(diag_decode_variant<65>(Tn, H));
+        vs.push_back(diag_decode_variant<97>(Tn, H));
+        vs.push_back(diag_decode_variant<99>(Tn, H));
         vs.push_back(shape_variant<1, 32, 128>(Tn, H));
         vs.push_back(shape_variant<1, 64, 128>(Tn, H));
         vs.push_back(shape_variant<2, 64, 128>(Tn, H));

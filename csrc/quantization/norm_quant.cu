@@ -249,6 +249,21 @@ constexpr int kDecodeMaxThreads = 1024;
 // 2.59-2.61 against 1.99-2.01 / 2.07-2.08 / 2.24-2.25 / 2.54-2.57; packed UE8M0 add H=4096 2.16
 // against 2.12-2.13 at T=128, H=7168 2.66-2.69 against 2.64-2.74. The fused op now triggers
 // right after the wait as well.
+// The scale step (session 20, H100, tune_norm_quant.cu "qx F": a copy of this kernel with its
+// pieces switched; two runs a call, two calls). Without any scale work (wrong output, "qx 8")
+// the kernel is 0.2-0.3 us faster at T = 1 / 16 / 128 than with it, and the warp maxima cost
+// only 0.02 of that. Three changes, each exact, and together (as shipped) worth 0.03-0.1 us:
+// the divisor's reciprocal formed before the wait and the scale as one remainder correction
+// (scale_from_amax_recip: the same bits as __fdiv_rn), the UE8M0 inverse by exponent bits
+// (inverse_pow2), and the row length as a float, qmax and the scale's address formed before the
+// wait (the compiler had put the float conversion of hidden, qmax's constant load and the
+// address arithmetic after it, on the path to the last store). Packed UE8M0 layout, us at
+// T = 1 / 16 / 128, before ("qx 0") against shipped: plain H=4096 1.43 / 1.50 / 1.76 against
+// 1.32 / 1.39 / 1.72; add H=4096 1.64 / 1.75 / 2.11 against 1.55 / 1.65 / 2.03; add H=7168 2.07
+// / 2.15 / 2.63 against 1.99 / 2.08 / 2.60. Row-major (the same pieces, "qx 97"): plain H=4096
+// 1.38 / 1.45 / 1.71 against 1.31 / 1.38 / 1.67, add H=4096 1.60 / 1.70 / 2.07 against 1.52 /
+// 1.62 / 1.99. Every lane working out all four scales itself (no shuffles of the inverses) was
+// 0.25-0.35 us slower in every form tried.
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
           PdlTrigger kTrig = PdlTrigger::kEarly>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
@@ -278,6 +293,19 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   // weight) vector prefetched: the decode layout covers the row exactly.
   const int64_t part = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
   const T* in0 = p.input + row * p.input_stride + part + decode_col<kElems, kK>(0);
+  // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).
+  const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
+  const int mine = lane & (kK - 1);  // the group whose scale this lane works out (below)
+  // Formed before the wait and held there (an empty asm after them): the row's
+  // length as a float, qmax and its reciprocal, and where this lane's scale goes (row-major:
+  // group warp * kK + mine; packed: the warp's int32 word).
+  float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  void* scale_at = kScales == DecodeScales::kRowF32
+                       ? static_cast<void*>(static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine)
+                       : static_cast<void*>(static_cast<uint32_t*>(p.scales.ptr) + row * p.scales.stride_m +
+                                            warp * p.scales.stride_g);
+  asm volatile("" : "+f"(hidden_f), "+f"(qmax), "+f"(qmax_r), "+l"(scale_at));
+  const bool q_ok = qmax_recip_ok(qmax);
   if constexpr (kNorm) {
     pdl_wait_prefetched(in0, p.weight + part + decode_col<kElems, kK>(0));
   } else {
@@ -285,8 +313,6 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   }
   static_assert(kTrig == PdlTrigger::kEarly || (kNorm && kTrig == PdlTrigger::kAfterLoads), "not measured");
   if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
-  // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).
-  const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
   // Group warp * kK + k is this warp's chunk k (sgl_kernel/row_norm.cuh: 128-element chunks).
   static_assert(32 * kElems == kDecodeGroup, "a chunk of the decode layout is a group");
   float f[kK][kElems];  // the row in fp32 (fused: the rounded sum, which is stored)
@@ -302,7 +328,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
       sum_sq = cluster_reduce(sum_sq, partial, [](float a, float b) { return a + b; });
     }
 #endif
-    rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.rms_eps);
+    rstd = rsqrtf(sum_sq / hidden_f + p.rms_eps);
   } else {
 #pragma unroll
     for (int k = 0; k < kK; ++k) {
@@ -328,14 +354,13 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   }
   // Lane j works out the scale of group k = j % kK (one division and one reciprocal a lane,
   // not kK in sequence), stores it (lanes 0..kK-1), and the lanes fetch the kK inverses.
-  const int mine = lane & (kK - 1);
   uint32_t m = gmax[0];
 #pragma unroll
   for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
-  const float s = scale_from_amax(m, p.eps, p.qmax);
+  const float s = scale_from_amax_recip(m, p.eps, qmax, qmax_r, q_ok);
   float used = s;
   if constexpr (kScales == DecodeScales::kRowF32) {
-    if (lane < kK) static_cast<float*>(p.scales.ptr)[row * p.scales.stride_m + warp * kK + mine] = s;
+    if (lane < kK) *static_cast<float*>(scale_at) = s;
   } else {
     // A warp's four groups fill one int32 word (byte k = group warp * 4 + k): OR the lanes'
     // exponent bytes together and store the word once (byte stores from four lanes, as the
@@ -344,11 +369,9 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
     used = ue8m0_ceil(s);
     const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
     const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
-    if (lane == 0) {
-      static_cast<uint32_t*>(p.scales.ptr)[row * p.scales.stride_m + warp * p.scales.stride_g] = word;
-    }
+    if (lane == 0) *static_cast<uint32_t*>(scale_at) = word;
   }
-  const float inv = inverse_scale(used);
+  const float inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden + part;
 #pragma unroll
   for (int k = 0; k < kK; ++k) {

@@ -85,6 +85,35 @@ __device__ __forceinline__ float scale_from_amax(uint32_t amax_bits, float eps, 
 // 1 / scale with IEEE rounding; 0 for a zero scale (an all-zero row quantises to 0).
 __device__ __forceinline__ float inverse_scale(float s) { return s == 0.0f ? 0.0f : __frcp_rn(s); }
 
+// scale_from_amax with the divisor's reciprocal formed ahead (a kernel can form it before its
+// PDL wait): r = __frcp_rn(qmax); q_ok = qmax_recip_ok(qmax). In the ranges guarded below
+// (no over- or underflow in the steps) q0 = amax * r and one remainder correction
+// q0 + (amax - qmax * q0) * r give the correctly rounded quotient, the same bits as
+// __fdiv_rn; outside them, and for inf / NaN, this calls __fdiv_rn. Checked on every fp32
+// dividend at 11 divisors (448, 1000, 240, 57344, 127, 512, 449, 3, 1, 0.1, 65504):
+// benchmark/quantization/tune_norm_quant.cu --check-div, 0 differ (H100, session 20).
+__device__ __forceinline__ bool qmax_recip_ok(float qmax) {
+  const uint32_t e = __float_as_uint(qmax) >> 23;  // qmax > 0: its biased exponent
+  return e >= 127 - 20 && e <= 127 + 20;
+}
+__device__ __forceinline__ float scale_from_amax_recip(uint32_t amax_bits, float eps, float qmax, float r, bool q_ok) {
+  const uint32_t a = max(amax_bits, __float_as_uint(eps));
+  const uint32_t e = a >> 23;  // a >= 0 (NaN: 255)
+  if (q_ok && e >= 27 && e <= 233) {
+    const float q0 = __uint_as_float(a) * r;
+    return fmaf(fmaf(-qmax, q0, __uint_as_float(a)), r, q0);
+  }
+  return __fdiv_rn(__uint_as_float(a), qmax);
+}
+
+// inverse_scale of a power of two (UE8M0 scales: ue8m0_ceil's results) by its exponent bits;
+// 0, the extremes, inf and NaN through inverse_scale. Equal to inverse_scale on all 256
+// exponents (tune_norm_quant.cu --check-div).
+__device__ __forceinline__ float inverse_pow2(float s) {
+  const uint32_t e = __float_as_uint(s) >> 23;
+  return e >= 1 && e <= 253 ? __uint_as_float((254u - e) << 23) : inverse_scale(s);
+}
+
 // clamp(y, lo, hi) that keeps NaN (fminf/fmaxf would replace it).
 __device__ __forceinline__ float clamp_keep_nan(float y, float lo, float hi) {
   return y < lo ? lo : (y > hi ? hi : y);
