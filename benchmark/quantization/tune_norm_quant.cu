@@ -363,6 +363,10 @@ Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
 //      formed before the wait).
 // 64 = the scale's address (row-major: this lane's group; packed: the warp's word) formed
 //      before the wait.
+// 128 = one warp-uniform test that all four maxima (and qmax) lie in ranges where every step
+//      is exact without its checks, then straight-line code: the remainder-corrected division,
+//      the UE8M0 ceiling and inverse by exponent bits, or (row-major) rcp_refined; else the
+//      general steps (norm_quant.cu ships 227 / 225, packed / row-major).
 // Rows "qx F" (F = kFlags).
 template <bool kFused, DecodeScales kScales, int kFlags>
 __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const RowQuantParams<T> p) {
@@ -437,8 +441,35 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
   uint32_t m = gmax[0];
 #pragma unroll
   for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
-  const float s = scale_of(m);
-  const float used = rounded(s);
+  float s, used, inv_fast = 0.f;
+  bool fast = false;
+  if constexpr ((kFlags & 128) != 0) {
+    // The four maxima are warp-uniform (redux results): one uniform test for the fast ranges.
+    const uint32_t floor_bits = __float_as_uint(p.eps);
+    bool in_range = q_ok;
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      const uint32_t e = max(gmax[k], floor_bits) >> 23;
+      in_range = in_range && e >= 27 && e <= 200;
+    }
+    fast = in_range;
+  }
+  if (fast) {
+    const float a = __uint_as_float(max(m, __float_as_uint(p.eps)));
+    s = remainder_div(a, qmax, rq);
+    if constexpr (kScales == DecodeScales::kRowF32) {
+      used = s;
+      inv_fast = rcp_refined(s);
+    } else {
+      const uint32_t b = __float_as_uint(s);
+      const uint32_t e = (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);
+      used = __uint_as_float(e << 23);
+      inv_fast = __uint_as_float((254u - e) << 23);
+    }
+  } else {
+    s = scale_of(m);
+    used = rounded(s);
+  }
   if constexpr (kScales == DecodeScales::kRowF32) {
     if (lane < kK) *srow = s;
   } else {
@@ -446,7 +477,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
     const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
     if (lane == 0) *sword = word;
   }
-  const float inv = (kFlags & 16) ? 0.f : inverse(used);
+  const float inv = (kFlags & 16) ? 0.f : fast ? inv_fast : inverse(used);
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
     const float ik = (kFlags & 16) ? inv_k[k] : __shfl_sync(0xffffffffu, inv, k);
@@ -533,6 +564,18 @@ __global__ void check_div_kernel(float b, unsigned long long* bad) {
   }
   atomicAdd(bad, n);
 }
+__global__ void check_rcp_kernel(unsigned long long* bad) {
+  unsigned long long n = 0;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < (uint64_t{1} << 31);
+       i += uint64_t(gridDim.x) * blockDim.x) {
+    const uint32_t b = static_cast<uint32_t>(i);
+    const uint32_t e = b >> 23;
+    if (e < 7 || e > 220) continue;
+    const float s = __uint_as_float(b);
+    n += __float_as_uint(rcp_refined(s)) == __float_as_uint(__frcp_rn(s)) ? 0 : 1;
+  }
+  atomicAdd(bad, n);
+}
 __global__ void check_inv_kernel(unsigned long long* bad) {
   const uint32_t e = threadIdx.x;  // every biased exponent 0..255: the power of two 2^(e - 127), 0, inf, NaN
   const float used = e == 255 ? __uint_as_float(0x7f800000u | (blockIdx.x ? 0x400000u : 0u)) : __uint_as_float(e << 23);
@@ -550,6 +593,10 @@ int check_div() {
     CK(cudaDeviceSynchronize());
     std::printf("scale_from_amax_recip vs __fdiv_rn, divisor %g: %llu of 2^32 dividends differ\n", b, *bad);
   }
+  *bad = 0;
+  check_rcp_kernel<<<1320, 256>>>(bad);
+  CK(cudaDeviceSynchronize());
+  std::printf("rcp_refined vs __frcp_rn, positive normal s with biased exponents 7..220: %llu differ\n", *bad);
   *bad = 0;
   check_inv_kernel<<<2, 256>>>(bad);
   CK(cudaDeviceSynchronize());
@@ -725,12 +772,10 @@ int run(int argc, char** argv) {
         vs.push_back(decode_trigger_variant<PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(diag_decode_variant<0>(Tn, H));
         vs.push_back(diag_decode_variant<8>(Tn, H));
-        vs.push_back(diag_decode_variant<33>(Tn, H));
-        vs.push_back(diag_decode_variant<35>(Tn, H));
-        vs.push_back(diag_decode_variant<64>(Tn, H));
-        vs.push_back(diag_decode_variant<65>(Tn, H));
-        vs.push_back(diag_decode_variant<97>(Tn, H));
         vs.push_back(diag_decode_variant<99>(Tn, H));
+        vs.push_back(diag_decode_variant<227>(Tn, H));
+        vs.push_back(diag_decode_variant<97>(Tn, H));
+        vs.push_back(diag_decode_variant<225>(Tn, H));
         vs.push_back(shape_variant<1, 32, 128>(Tn, H));
         vs.push_back(shape_variant<1, 64, 128>(Tn, H));
         vs.push_back(shape_variant<2, 64, 128>(Tn, H));

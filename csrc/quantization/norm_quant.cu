@@ -263,7 +263,11 @@ constexpr int kDecodeMaxThreads = 1024;
 // / 2.15 / 2.63 against 1.99 / 2.08 / 2.60. Row-major (the same pieces, "qx 97"): plain H=4096
 // 1.38 / 1.45 / 1.71 against 1.31 / 1.38 / 1.67, add H=4096 1.60 / 1.70 / 2.07 against 1.52 /
 // 1.62 / 1.99. Every lane working out all four scales itself (no shuffles of the inverses) was
-// 0.25-0.35 us slower in every form tried.
+// 0.25-0.35 us slower in every form tried. Then the uniform test for a path without the steps'
+// checks ("qx 227" / "qx 225" against "qx 99" / "qx 97", two runs): packed plain H=4096 1.32 /
+// 1.38 / 1.75 -> 1.30 / 1.35 / 1.72, plain H=7168 (one block a row) 1.59 / 1.65 / 2.15 -> 1.55 /
+// 1.60 / 2.11, add H=7168 2.01 / 2.05 / 2.65 -> 1.97 / 2.02 / 2.64; row-major plain H=4096 1.31
+// / 1.37 / 1.68 -> 1.29 / 1.35 / 1.65.
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
           PdlTrigger kTrig = PdlTrigger::kEarly>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
@@ -357,8 +361,35 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   uint32_t m = gmax[0];
 #pragma unroll
   for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
-  const float s = scale_from_amax_recip(m, p.eps, qmax, qmax_r, q_ok);
-  float used = s;
+  // The scale s, the scale the codes use, and its inverse. The maxima are warp-uniform (redux
+  // results), so one uniform test sends the warp down a path without checks when all four lie
+  // where each step is exact without them: amax (floored at eps) with biased exponents 27..200
+  // and qmax within 2^+-20, so s has exponents 7..220 (remainder_div, rcp_refined and the
+  // exponent-bit UE8M0 steps are exact there); else the checked steps.
+  const uint32_t floor_bits = __float_as_uint(p.eps);
+  bool plain_steps = q_ok;
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    const uint32_t e = max(gmax[k], floor_bits) >> 23;
+    plain_steps = plain_steps && e >= 27 && e <= 200;
+  }
+  float s, used, inv;
+  if (plain_steps) {
+    s = remainder_div(__uint_as_float(max(m, floor_bits)), qmax, qmax_r);
+    if constexpr (kScales == DecodeScales::kRowF32) {
+      used = s;
+      inv = rcp_refined(s);
+    } else {
+      const uint32_t b = __float_as_uint(s);
+      const uint32_t e = (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);  // ue8m0_ceil of a normal s
+      used = __uint_as_float(e << 23);
+      inv = __uint_as_float((254u - e) << 23);
+    }
+  } else {
+    s = scale_from_amax_recip(m, p.eps, qmax, qmax_r, q_ok);
+    used = kScales == DecodeScales::kRowF32 ? s : ue8m0_ceil(s);
+    inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
+  }
   if constexpr (kScales == DecodeScales::kRowF32) {
     if (lane < kK) *static_cast<float*>(scale_at) = s;
   } else {
@@ -366,12 +397,10 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
     // exponent bytes together and store the word once (byte stores from four lanes, as the
     // general kernel does, measured slower at T=128).
     static_assert(kK == 4, "one packed word a warp");
-    used = ue8m0_ceil(s);
     const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
     const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
     if (lane == 0) *static_cast<uint32_t*>(scale_at) = word;
   }
-  const float inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden + part;
 #pragma unroll
   for (int k = 0; k < kK; ++k) {

@@ -96,14 +96,24 @@ __device__ __forceinline__ bool qmax_recip_ok(float qmax) {
   const uint32_t e = __float_as_uint(qmax) >> 23;  // qmax > 0: its biased exponent
   return e >= 127 - 20 && e <= 127 + 20;
 }
+// a / b from r = __frcp_rn(b): exact in the ranges scale_from_amax_recip guards.
+__device__ __forceinline__ float remainder_div(float a, float b, float r) {
+  const float q0 = a * r;
+  return fmaf(fmaf(-b, q0, a), r, q0);
+}
 __device__ __forceinline__ float scale_from_amax_recip(uint32_t amax_bits, float eps, float qmax, float r, bool q_ok) {
   const uint32_t a = max(amax_bits, __float_as_uint(eps));
   const uint32_t e = a >> 23;  // a >= 0 (NaN: 255)
-  if (q_ok && e >= 27 && e <= 233) {
-    const float q0 = __uint_as_float(a) * r;
-    return fmaf(fmaf(-qmax, q0, __uint_as_float(a)), r, q0);
-  }
+  if (q_ok && e >= 27 && e <= 233) return remainder_div(__uint_as_float(a), qmax, r);
   return __fdiv_rn(__uint_as_float(a), qmax);
+}
+
+// __frcp_rn(s) by rcp.approx and one Newton step, for positive normal s with biased exponents
+// 7..220 only (equal there: tune_norm_quant.cu --check-div, every such s, H100, session 20).
+__device__ __forceinline__ float rcp_refined(float s) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(s));
+  return fmaf(y, fmaf(-s, y, 1.0f), y);
 }
 
 // inverse_scale of a power of two (UE8M0 scales: ue8m0_ceil's results) by its exponent bits;
