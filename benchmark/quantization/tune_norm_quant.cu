@@ -367,6 +367,8 @@ Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
 //      is exact without its checks, then straight-line code: the remainder-corrected division,
 //      the UE8M0 ceiling and inverse by exponent bits, or (row-major) rcp_refined; else the
 //      general steps (norm_quant.cu ships 227 / 225, packed / row-major).
+// 256 (with 128) = on that path every lane works out all four scales (no shuffles, no OR
+//      across the warp).
 // Rows "qx F" (F = kFlags).
 template <bool kFused, DecodeScales kScales, int kFlags>
 __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const RowQuantParams<T> p) {
@@ -453,6 +455,40 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
       in_range = in_range && e >= 27 && e <= 200;
     }
     fast = in_range;
+  }
+  if constexpr ((kFlags & 256) != 0) {
+    if (fast) {
+      // Every lane works out all four groups' scales (warp-uniform values, straight-line code):
+      // no shuffle of the inverses, no OR across the warp for the packed word.
+      float sk[kK], ik[kK];
+      uint32_t word = 0;
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        sk[k] = remainder_div(__uint_as_float(max(gmax[k], __float_as_uint(p.eps))), qmax, rq);
+        if constexpr (kScales == DecodeScales::kRowF32) {
+          ik[k] = rcp_refined(sk[k]);
+        } else {
+          const uint32_t b = __float_as_uint(sk[k]);
+          const uint32_t e = (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);
+          word |= e << (8 * k);
+          ik[k] = __uint_as_float((254u - e) << 23);
+        }
+      }
+      if constexpr (kScales == DecodeScales::kRowF32) {
+        float sm = sk[0];
+#pragma unroll
+        for (int k = 1; k < kK; ++k) sm = mine == k ? sk[k] : sm;
+        if (lane < kK) *srow = sm;
+      } else {
+        if (lane == 0) *sword = word;
+      }
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
+            to_codes<QuantCode::kFp8>(y[k], ik[k], p.qmin, p.qmax, false);
+      }
+      return;
+    }
   }
   if (fast) {
     const float a = __uint_as_float(max(m, __float_as_uint(p.eps)));
@@ -772,10 +808,10 @@ int run(int argc, char** argv) {
         vs.push_back(decode_trigger_variant<PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(diag_decode_variant<0>(Tn, H));
         vs.push_back(diag_decode_variant<8>(Tn, H));
-        vs.push_back(diag_decode_variant<99>(Tn, H));
         vs.push_back(diag_decode_variant<227>(Tn, H));
-        vs.push_back(diag_decode_variant<97>(Tn, H));
         vs.push_back(diag_decode_variant<225>(Tn, H));
+        vs.push_back(diag_decode_variant<483>(Tn, H));
+        vs.push_back(diag_decode_variant<481>(Tn, H));
         vs.push_back(shape_variant<1, 32, 128>(Tn, H));
         vs.push_back(shape_variant<1, 64, 128>(Tn, H));
         vs.push_back(shape_variant<2, 64, 128>(Tn, H));
