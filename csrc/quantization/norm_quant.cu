@@ -439,7 +439,13 @@ cudaError_t launch_norm_decode_cluster(const RowQuantParams<T>& p, int cs, int t
 // Packed UE8M0 scales, H=7168 T=1/16: 1.78/1.88 -> 1.58/1.67. (The fused op would gain
 // 0.1-0.2 us the same way, add H=8192 s4 1.90/2.04/2.18 against 2.08/2.24/2.30, but cannot
 // split: see the kernel.)
+// Session 20 (H100, the same rows after this session's scale-step changes, two runs): plain
+// H=4096 (8 warps) T = 1 / 16 / 32 / 64 / 128, s1 / s2: packed UE8M0 1.25-1.26 / 1.32 / 1.43-1.44
+// / 1.55 / 1.74-1.75 against 1.19-1.20 / 1.28 / 1.52-1.53 / 1.60 / 1.82-1.83; row-major 1.26 /
+// 1.33 / 1.36 / 1.47 / 1.62-1.63 against 1.19 / 1.26 / 1.37 / 1.53 / 1.75. So 8-warp rows split
+// in two up to 16 rows (10 and 12 warps were not measured and keep one block).
 int norm_decode_split(int64_t rows, int64_t warps) {
+  if (warps == 8) return rows <= 16 ? 2 : 1;
   if (warps < 14 || rows > 32) return 1;
   if (warps % 4 == 0 && rows <= 16) return 4;
   return warps % 2 == 0 ? 2 : 1;
