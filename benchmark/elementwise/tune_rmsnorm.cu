@@ -42,6 +42,9 @@
 // block); regN = __maxnreg__(N); "8B" = 8-byte vectors; "pf" = ld.global.L2::256B; "cs" =
 // evict-first loads and stores; "nc" = ld.global.nc (plain op only); "epdl" = PDL trigger
 // right after the wait; "rtchk" = bounds checks kept although the row fits exactly.
+// "dx eEkK early|mid" (session 20) = norm.cu's rmsnorm_decode_kernel with E elements a lane
+// load (8: 16-byte pieces of bf16) and K chunks a warp, PDL trigger right after the wait or once
+// the loads are issued.
 // "2p tN uU hK" = norm.cu's rmsnorm_twopass_kernel (torch.compile's looped-reduction shape): N
 // threads a row, U vectors a thread a chunk, K = its cache-hint mode (see there).
 // "ind tN cC xB" (plain op only, rows of exactly C chunks) = torch.compile's kernel for bf16

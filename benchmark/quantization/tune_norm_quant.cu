@@ -13,6 +13,10 @@
 //     csrc/quantization/group_quant.cu csrc/common/runtime.cc
 //   /tmp/tune_norm_quant [--T 1,16,128,1024,4096,32768] [--H 4096,7168] [--op plain|add|group|all] [--diag 1]
 //                        [--layout row|packed]
+//   /tmp/tune_norm_quant --check-div    # quant.cuh's exact shortcuts against __fdiv_rn / __frcp_rn (see check_div)
+//
+// Session 20 rows: "qd early" / "qd mid" (the decode kernel's PDL trigger placements) and
+// "qx F" (diag_decode_kernel: the decode kernel's scale step taken apart; F below).
 //
 // "rmsnorm" times launch_rmsnorm alone (the norm without the quantization; fused_add_rmsnorm
 // for the add op); --norms 1 adds decode_norm_kernel's shapes (below) and "rms-cN": norm.cu's
