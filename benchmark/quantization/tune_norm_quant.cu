@@ -326,35 +326,38 @@ Variant decode_norm_variant(int64_t rows, int64_t hidden) {
   return v;
 }
 
-// norm_quant.cu's decode kernel (one block a row, no split, no cluster) with the PDL trigger
-// right after the wait (kEarly) or once the loads are issued (kAfterLoads), for the plain and
-// the fused op (session 20: the trigger placements of session 17 predate the prefetched wait).
-template <PdlTrigger kTrig>
-Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
+// A variant launching one of four kernels (indexed [fused][packed UE8M0 scales]) in the decode
+// kernel's shape: one block a row, one warp per 512 elements (no split, no cluster).
+using DecodeKernel = void (*)(RowQuantParams<T>);
+Variant decode_shape_variant(std::string name, int64_t rows, int64_t hidden, const DecodeKernel (&kernels)[2][2]) {
   Variant v;
-  v.name = std::string(kTrig == PdlTrigger::kEarly ? "qd early" : "qd mid");
+  v.name = std::move(name);
   for (int a = 0; a < 2; ++a) {
+    const DecodeKernel row_k = kernels[a][0], packed_k = kernels[a][1];
     v.fused[a] = [=](const Set& b, cudaStream_t s) {
-      const RowQuantParams<T> p = params(b, rows, hidden, a == 1);
       const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
       if (rows > 256 || hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) {
         return cudaErrorNotSupported;
       }
       const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
-      if (g_packed) {
-        return a ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kTrig>,
-                                 grid, block, 0, s, true, p)
-                 : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, true, false, 1, kTrig>,
-                                 grid, block, 0, s, true, p);
-      }
-      return a ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, kTrig>, grid,
-                               block, 0, s, true, p)
-               : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, true, false, 1, kTrig>, grid,
-                               block, 0, s, true, p);
+      return launch_kernel(g_packed ? packed_k : row_k, grid, block, 0, s, true, params(b, rows, hidden, a == 1));
     };
   }
   v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
   return v;
+}
+
+// norm_quant.cu's decode kernel with the PDL trigger right after the wait (kEarly) or once the
+// loads are issued (kAfterLoads), for the plain and the fused op (session 20: the trigger
+// placements of session 17 predate the prefetched wait).
+template <PdlTrigger kTrig>
+Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
+  static constexpr DecodeKernel kKernels[2][2] = {
+      {norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, true, false, 1, kTrig>,
+       norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, true, false, 1, kTrig>},
+      {norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, kTrig>,
+       norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kTrig>}};
+  return decode_shape_variant(kTrig == PdlTrigger::kEarly ? "qd early" : "qd mid", rows, hidden, kKernels);
 }
 
 // The decode kernel's quantization epilogue taken apart (session 20): a copy of
@@ -449,17 +452,8 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
   for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
   float s, used, inv_fast = 0.f;
   bool fast = false;
-  if constexpr ((kFlags & 128) != 0) {
-    // The four maxima are warp-uniform (redux results): one uniform test for the fast ranges.
-    const uint32_t floor_bits = __float_as_uint(p.eps);
-    bool in_range = q_ok;
-#pragma unroll
-    for (int k = 0; k < kK; ++k) {
-      const uint32_t e = max(gmax[k], floor_bits) >> 23;
-      in_range = in_range && e >= 27 && e <= 200;
-    }
-    fast = in_range;
-  }
+  // The four maxima are warp-uniform (redux results): one uniform test for the fast ranges.
+  if constexpr ((kFlags & 128) != 0) fast = amax_in_plain_range(gmax, __float_as_uint(p.eps), q_ok);
   if constexpr ((kFlags & 256) != 0) {
     if (fast) {
       // Every lane works out all four groups' scales (warp-uniform values, straight-line code):
@@ -472,8 +466,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
         if constexpr (kScales == DecodeScales::kRowF32) {
           ik[k] = rcp_refined(sk[k]);
         } else {
-          const uint32_t b = __float_as_uint(sk[k]);
-          const uint32_t e = (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);
+          const uint32_t e = ue8m0_exp_normal(sk[k]);
           word |= e << (8 * k);
           ik[k] = __uint_as_float((254u - e) << 23);
         }
@@ -501,8 +494,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
       used = s;
       inv_fast = rcp_refined(s);
     } else {
-      const uint32_t b = __float_as_uint(s);
-      const uint32_t e = (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);
+      const uint32_t e = ue8m0_exp_normal(s);
       used = __uint_as_float(e << 23);
       inv_fast = __uint_as_float((254u - e) << 23);
     }
@@ -528,26 +520,10 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
 
 template <int kFlags>
 Variant diag_decode_variant(int64_t rows, int64_t hidden) {
-  Variant v;
-  v.name = "qx " + std::to_string(kFlags);
-  for (int a = 0; a < 2; ++a) {
-    v.fused[a] = [=](const Set& b, cudaStream_t s) {
-      const RowQuantParams<T> p = params(b, rows, hidden, a == 1);
-      const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
-      if (rows > 256 || hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) {
-        return cudaErrorNotSupported;
-      }
-      const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
-      if (g_packed) {
-        return a ? launch_kernel(diag_decode_kernel<true, DecodeScales::kPackedUe8m0, kFlags>, grid, block, 0, s, true, p)
-                 : launch_kernel(diag_decode_kernel<false, DecodeScales::kPackedUe8m0, kFlags>, grid, block, 0, s, true, p);
-      }
-      return a ? launch_kernel(diag_decode_kernel<true, DecodeScales::kRowF32, kFlags>, grid, block, 0, s, true, p)
-               : launch_kernel(diag_decode_kernel<false, DecodeScales::kRowF32, kFlags>, grid, block, 0, s, true, p);
-    };
-  }
-  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
-  return v;
+  static constexpr DecodeKernel kKernels[2][2] = {
+      {diag_decode_kernel<false, DecodeScales::kRowF32, kFlags>, diag_decode_kernel<false, DecodeScales::kPackedUe8m0, kFlags>},
+      {diag_decode_kernel<true, DecodeScales::kRowF32, kFlags>, diag_decode_kernel<true, DecodeScales::kPackedUe8m0, kFlags>}};
+  return decode_shape_variant("qx " + std::to_string(kFlags), rows, hidden, kKernels);
 }
 
 // qmax other than 448 (the "flat~" row): the fp8 codes need a clamp, which the decode kernel

@@ -363,25 +363,16 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
   // The scale s, the scale the codes use, and its inverse. The maxima are warp-uniform (redux
   // results), so one uniform test sends the warp down a path without checks when all four lie
-  // where each step is exact without them: amax (floored at eps) with biased exponents 27..200
-  // and qmax within 2^+-20, so s has exponents 7..220 (remainder_div, rcp_refined and the
-  // exponent-bit UE8M0 steps are exact there); else the checked steps.
+  // where each step is exact without them (amax_in_plain_range); else the checked steps.
   const uint32_t floor_bits = __float_as_uint(p.eps);
-  bool plain_steps = q_ok;
-#pragma unroll
-  for (int k = 0; k < kK; ++k) {
-    const uint32_t e = max(gmax[k], floor_bits) >> 23;
-    plain_steps = plain_steps && e >= 27 && e <= 200;
-  }
   float s, used, inv;
-  if (plain_steps) {
+  if (amax_in_plain_range(gmax, floor_bits, q_ok)) {
     s = remainder_div(__uint_as_float(max(m, floor_bits)), qmax, qmax_r);
     if constexpr (kScales == DecodeScales::kRowF32) {
       used = s;
       inv = rcp_refined(s);
     } else {
-      const uint32_t b = __float_as_uint(s);
-      const uint32_t e = (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);  // ue8m0_ceil of a normal s
+      const uint32_t e = ue8m0_exp_normal(s);
       used = __uint_as_float(e << 23);
       inv = __uint_as_float((254u - e) << 23);
     }

@@ -116,6 +116,27 @@ __device__ __forceinline__ float rcp_refined(float s) {
   return fmaf(y, fmaf(-s, y, 1.0f), y);
 }
 
+// The unchecked steps' range (norm_quant.cu's decode kernel): every group maximum (bits,
+// floored at eps) with a biased exponent in 27..200 and qmax_recip_ok, so each scale has an
+// exponent in 7..220, where remainder_div, rcp_refined and ue8m0_exp_normal are exact.
+template <int K>
+__device__ __forceinline__ bool amax_in_plain_range(const uint32_t (&amax_bits)[K], uint32_t floor_bits, bool q_ok) {
+  bool ok = q_ok;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const uint32_t e = max(amax_bits[k], floor_bits) >> 23;
+    ok = ok && e >= 27 && e <= 200;
+  }
+  return ok;
+}
+
+// The biased exponent of ue8m0_ceil(s) for a normal s below 2^127 (its power of two is
+// e << 23 as bits, and the inverse of that (254 - e) << 23).
+__device__ __forceinline__ uint32_t ue8m0_exp_normal(float s) {
+  const uint32_t b = __float_as_uint(s);
+  return (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);
+}
+
 // inverse_scale of a power of two (UE8M0 scales: ue8m0_ceil's results) by its exponent bits;
 // 0, the extremes, inf and NaN through inverse_scale. Equal to inverse_scale on all 256
 // exponents (tune_norm_quant.cu --check-div).
