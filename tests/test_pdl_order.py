@@ -28,7 +28,8 @@ ALLOWED = {
     # per_tensor_quant.cu, kPreload: the code kernel of the dynamic two-kernel path loads its
     # input before the wait; the maximum kernel before it does not write the input, and this
     # grid launches only after every block of that kernel has passed its own wait.
-    r"tensor_code_kernel.*ELb1EEEv": "kPreload",
+    # (Template arguments <..., LoadPolicy, kPreload, kPeel>: kPreload true, either kPeel.)
+    r"tensor_code_kernel.*LoadPolicyE[0-9]+ELb1ELb[01]EEEv": "kPreload",
 }
 
 # CUTLASS's kernels (the GEMMs) branch by warp role before their wait, so the listing's order

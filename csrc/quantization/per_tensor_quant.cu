@@ -12,7 +12,9 @@
 // - Otherwise a reduction kernel folds the maximum into scale[0] with an integer atomicMax,
 //   then the code kernel reads scale[0] after the PDL wait (its input loaded before it).
 // The kernels walk the tensor as 16-byte vectors when input and output are aligned, with a
-// scalar tail.
+// scalar tail. A misaligned tensor (a view at an odd offset) takes the two-kernel path with
+// kPeel: its first elements up to a 16-byte boundary of the input are peeled off, the input
+// is read in 16-byte vectors from there, and the codes are stored byte by byte.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -37,7 +39,15 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 constexpr float kFp8Max = 448.0f;
 
-template <typename T, LoadPolicy kLoad = LoadPolicy::kStream>
+// Elements of `p` before its first 16-byte boundary (0 when aligned).
+template <typename T>
+__host__ __device__ __forceinline__ int peel_elems(const T* p) {
+  return static_cast<int>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16 / sizeof(T));
+}
+
+// kPeel: the input's elements [0, peel_elems(input)) are read one by one, its 16-byte vectors
+// num_vec from there, and the rest one by one (a misaligned tensor).
+template <typename T, LoadPolicy kLoad = LoadPolicy::kStream, bool kPeel = false>
 __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   constexpr int kVec = kVec16<T>;
   __shared__ uint32_t scratch[kThreads / 32];
@@ -45,11 +55,14 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   uint32_t amax = 0;
+  const int head = kPeel ? peel_elems(p.input) : 0;
+  const T* vin = p.input + head;
+  if (kPeel && tid < head) amax = abs_bits(to_float(p.input[tid]));
   for (int64_t i = tid; i < num_vec; i += stride * kUnroll) {
     Vec16<T> x[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (i + u * stride < num_vec) x[u] = load16<T, kLoad>(p.input + (i + u * stride) * kVec);
+      if (i + u * stride < num_vec) x[u] = load16<T, kLoad>(vin + (i + u * stride) * kVec);
     }
     // The code kernel may be scheduled now (once its loads are issued: sgl_kernel/arch.cuh;
     // T=128 H=4096 2.41 -> 2.32 us against right after the wait); it waits for this grid to
@@ -63,7 +76,9 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
       }
     }
   }
-  for (int64_t j = num_vec * kVec + tid; j < p.numel; j += stride) amax = max(amax, abs_bits(to_float(p.input[j])));
+  for (int64_t j = head + num_vec * kVec + tid; j < p.numel; j += stride) {
+    amax = max(amax, abs_bits(to_float(p.input[j])));
+  }
 
   amax = warp_reduce_max(amax);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
@@ -76,9 +91,20 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
   }
 }
 
+// The codes `q` stored to `dst` in pieces of kPiece bytes (dst aligned to kPiece).
+template <int kPiece, int N>
+__device__ __forceinline__ void store_pieces(uint8_t* dst, const Vec<uint8_t, N>& q) {
+  using Piece = Vec<uint8_t, kPiece>;
+#pragma unroll
+  for (int k = 0; k < N / kPiece; ++k) {
+    reinterpret_cast<Piece*>(dst)[k] = reinterpret_cast<const Piece*>(&q)[k];
+  }
+}
+
 // Codes of vectors of kElems elements (16, 8 or 4 bytes; the tensor's elements [0, num_vec *
 // kElems)), kUnroll vectors per thread; the rest (numel % kElems, or all of a misaligned
-// tensor) by the first block, one element per thread. kLoad: the vectors' cache policy.
+// tensor of at most kSmallThreads elements) by the first block, one element per thread.
+// kLoad: the vectors' cache policy.
 // kPreload (dynamic only: launched right after tensor_amax_kernel): the vectors are loaded
 // before the PDL wait. The input is not written by the maximum kernel, and whatever wrote it
 // before that has finished: this grid launches only once every block of the maximum kernel has
@@ -88,39 +114,74 @@ __global__ void __launch_bounds__(kThreads) tensor_amax_kernel(const TensorQuant
 // 1 / 16 / 128, bf16 H=4096): static 0.90 / 1.02 / 1.41 with the trigger and the scale load
 // right after the wait, 0.86 / 0.96 / 1.15 so; dynamic (per_tensor_dyn_op, with this
 // session's block counts) T=128 2.93 -> 2.42.
-template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream, bool kPreload = false>
+// kPeel (16-byte vectors of a misaligned tensor): as the maximum kernel's kPeel, the vectors'
+// codes stored in the widest pieces the output allows (it need not share the input's
+// alignment), the peeled and the last elements by the first block.
+template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream, bool kPreload = false,
+          bool kPeel = false>
 __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   using V = Vec<T, kElems>;
   if constexpr (!kPreload) SGL_PDL_WAIT();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
+  const int head = kPeel ? peel_elems(p.input) : 0;
   V x[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t i = base + u * kThreads;
-    if (i < num_vec) x[u] = load_vec<V, kLoad>(p.input + i * kElems);
+    if (i < num_vec) x[u] = load_vec<V, kLoad>(p.input + head + i * kElems);
   }
   if constexpr (kPreload) SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   const float inv = inverse_scale(*p.scale);
-  store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kThreads, num_vec, inv, -kFp8Max, kFp8Max, false);
+  if constexpr (kPeel) {
+    uint8_t* out = p.output_q + head;
+    // The widest store the output's alignment allows (the same for every vector: kElems
+    // divides each vector's offset).
+    const int align = static_cast<int>(reinterpret_cast<uintptr_t>(out) & (kElems - 1));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kThreads;
+      if (i < num_vec) {
+        float y[kElems];
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) y[e] = to_float(x[u][e]);
+        const Vec<uint8_t, kElems> q = to_codes<QuantCode::kFp8>(y, inv, -kFp8Max, kFp8Max, false);
+        uint8_t* dst = out + i * kElems;
+        if (align == 0) {
+          store_pieces<kElems>(dst, q);
+        } else if (align % 4 == 0) {
+          store_pieces<4>(dst, q);
+        } else if (align % 2 == 0) {
+          store_pieces<2>(dst, q);
+        } else {
+          store_pieces<1>(dst, q);
+        }
+      }
+    }
+  } else {
+    store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kThreads, num_vec, inv, -kFp8Max, kFp8Max, false);
+  }
   if (blockIdx.x == 0) {
-    for (int64_t j = num_vec * kElems + threadIdx.x; j < p.numel; j += kThreads) {
+    if (kPeel && threadIdx.x < head) {
+      p.output_q[threadIdx.x] = to_code<QuantCode::kFp8>(to_float(p.input[threadIdx.x]) * inv, -kFp8Max, kFp8Max);
+    }
+    for (int64_t j = head + num_vec * kElems + threadIdx.x; j < p.numel; j += kThreads) {
       p.output_q[j] = to_code<QuantCode::kFp8>(to_float(p.input[j]) * inv, -kFp8Max, kFp8Max);
     }
   }
 }
 
-template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream>
+template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream, bool kPeel = false>
 cudaError_t launch_code_kernel(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
   const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads * kUnroll));
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<uint32_t>(blocks));
   if (p.dynamic) {
-    return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, true>, grid, dim3(kThreads), 0, stream,
+    return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, true, kPeel>, grid, dim3(kThreads), 0, stream,
                          p.enable_pdl, p, num_vec);
   }
-  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad>, grid, dim3(kThreads), 0, stream, p.enable_pdl,
-                       p, num_vec);
+  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, false, kPeel>, grid, dim3(kThreads), 0, stream,
+                       p.enable_pdl, p, num_vec);
 }
 
 constexpr int kSmallThreads = 1024;
@@ -203,13 +264,13 @@ constexpr int64_t kFewVec = 65536;  // 1 MiB of bf16
 constexpr int kFewVecBlocks = 64;
 
 // Dynamic: the maximum folded into scale[0] by an atomic; then the codes (below).
-template <typename T, LoadPolicy kLoad = LoadPolicy::kStream>
+template <typename T, LoadPolicy kLoad = LoadPolicy::kStream, bool kPeel = false>
 cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream, int force_blocks = 0) {
   constexpr int kVec = kVec16<T>;
   const int sms = sm_count();
   // Enough blocks to fill the GPU (at most 8 per SM), few enough that the atomics stay
   // negligible; a thread's items (vectors, or tail elements of a misaligned tensor).
-  const int64_t items = std::max(num_vec, p.numel - num_vec * kVec);
+  const int64_t items = kPeel ? num_vec : std::max(num_vec, p.numel - num_vec * kVec);
   const int64_t per_block = kThreads * (items <= kFewVec ? 2 : kUnroll);
   int64_t want = ceil_div<int64_t>(items, per_block);
   if (items <= kFewVec) {
@@ -217,7 +278,8 @@ cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStre
   }
   const uint32_t blocks = force_blocks > 0 ? force_blocks
                                            : static_cast<uint32_t>(std::clamp<int64_t>(want, 1, int64_t{sms} * 8));
-  return launch_kernel(tensor_amax_kernel<T, kLoad>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p, num_vec);
+  return launch_kernel(tensor_amax_kernel<T, kLoad, kPeel>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p,
+                       num_vec);
 }
 
 // Tensors of at least this many input bytes are read with plain loads (ld.global) instead of
@@ -291,7 +353,11 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
   if (p.numel == 0) return cudaSuccess;
   const bool aligned = is_aligned16(p.input) && is_aligned16(p.output_q);
   const int64_t num_vec = aligned ? p.numel / kVec : 0;
-  // NOTE: a misaligned tensor is coded by one block (rare: a view at an odd offset).
+  // A misaligned tensor past the one-block kernels (up to 1024 elements): the peeled kernels,
+  // 16-byte vectors of the input from its first 16-byte boundary (kPeel).
+  const int head = peel_elems(p.input);
+  const int64_t peel_vec = std::max<int64_t>(0, p.numel - head) / kVec;
+  const bool peel = !aligned && p.numel > kSmallThreads;
   if (p.dynamic) {
     const int64_t tail = p.numel - num_vec * kVec;
     const int64_t per_thread = ceil_div<int64_t>(num_vec, kSmallThreads);
@@ -312,13 +378,17 @@ cudaError_t launch_per_tensor_quant(const TensorQuantParams<T>& p, cudaStream_t 
         return launch_cluster_quant<T, 2>(p, num_vec, c.blocks, kClusterThreads, stream);
       }
     }
-    if (tail <= kSmallThreads && per_thread <= kSmallVpt) {
+    if (peel) {
+      SGL_CUDA_TRY((launch_amax<T, LoadPolicy::kStream, true>(p, peel_vec, stream)));
+    } else if (tail <= kSmallThreads && per_thread <= kSmallVpt) {
       return launch_kernel(tensor_quant_onepass_kernel<T, kSmallVpt, false>, dim3(1), dim3(kSmallThreads), 0, stream,
                            p.enable_pdl, p, num_vec);
+    } else {
+      SGL_CUDA_TRY((plain_loads(p) ? launch_amax<T, LoadPolicy::kDefault>(p, num_vec, stream)
+                                   : launch_amax(p, num_vec, stream)));
     }
-    SGL_CUDA_TRY((plain_loads(p) ? launch_amax<T, LoadPolicy::kDefault>(p, num_vec, stream)
-                                 : launch_amax(p, num_vec, stream)));
   }
+  if (peel) return launch_code_kernel<T, kVec, kUnroll, LoadPolicy::kDefault, true>(p, peel_vec, stream);
   return launch_codes(p, num_vec, stream);
 }
 

@@ -308,15 +308,18 @@ def test_per_tensor_plain_load_path(is_static, gen):
 # kernels beyond (without clusters from 2048 vectors on); the two-kernel path changes its block
 # counts, vectors a thread and loads past 65536 vectors (kFewVec). Both modes:
 # below 64 KB of input the code kernel uses 2-element vectors. "tail": numel % vector != 0
-# (scalar tail); "misaligned": the input starts one element past a 16-byte boundary (all
-# scalar: one block up to 1024 elements).
+# (scalar tail); "misaligned": the input starts one element past a 16-byte boundary (one
+# block, element by element, up to 1024 elements; beyond, the peeled two-kernel path: 16-byte
+# vectors of the input from its first 16-byte boundary, the codes stored in pieces as wide as
+# the output's alignment then allows, here single bytes); "misaligned_pairs": two elements past
+# it (the codes in 2-byte pieces).
 def _small_numel(dtype) -> int:
     return 1024 * 2 * (16 // torch.empty((), dtype=dtype).element_size())
 
 
 SIZE_CASES = ["cap", "cap+vec", "cap-1", "small+tail", "narrow_max", "misaligned", "misaligned_big", "block_max",
               "cluster_min", "cluster_v2", "cluster+tail", "cluster_max", "cluster_max+vec", "few_max",
-              "few_max+tail", "misaligned_many"]
+              "few_max+tail", "misaligned_many", "misaligned_grid", "misaligned_pairs"]
 
 
 @pytest.mark.parametrize("case", SIZE_CASES)
@@ -346,6 +349,8 @@ def test_per_tensor_sizes(dtype, mode, where, case, gen):
         "few_max": (65536 * vec, 0),
         "few_max+tail": (65537 * vec + 3, 0),
         "misaligned_many": (70001, 1),
+        "misaligned_grid": ((1 << 20) + 5, 1),
+        "misaligned_pairs": (300001, 2),
     }[case]
     base = _rand((numel + offset,), dtype, gen, lo=0.0, hi=0.0).clamp_(-4.0, 4.0)
     x = base[offset:]
@@ -356,6 +361,27 @@ def test_per_tensor_sizes(dtype, mode, where, case, gen):
     _check_tensor(x, s_in, is_static, q, s)
     assert float(s) == float(ieee_div(torch.tensor(7.5), FP8_MAX))
     assert float(q[0 if where == "first" else -1].float()) == -448.0
+
+
+@pytest.mark.parametrize("q_offset", [1, 2, 4, 8])
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=_dt)
+def test_per_tensor_misaligned_output(dtype, mode, q_offset, gen):
+    """The codes written into a view that starts 1, 2, 4 or 8 bytes past a 16-byte boundary
+    (an aligned input; the codes are stored in pieces of that many bytes): every code and the
+    scale as the reference, the bytes around the view untouched."""
+    numel = 200003
+    x = _rand((numel,), dtype, gen)
+    is_static = mode == "static"
+    s_in = ieee_div(x.abs().max().float().reshape(1), FP8_MAX) * 1.25 if is_static else torch.zeros(1, device="cuda")
+    buf = torch.empty(numel + 32, dtype=FP8, device="cuda")
+    buf.view(torch.uint8).fill_(POISON_FP8)
+    q = buf[q_offset:q_offset + numel]
+    s = s_in.clone()
+    assert sgl_kernel.sgl_per_tensor_quant_fp8(x, q, s, is_static) is None
+    _check_tensor(x, s_in, is_static, q, s)
+    around = torch.cat((buf[:q_offset], buf[q_offset + numel:])).view(torch.uint8)
+    assert bool((around == POISON_FP8).all()), "bytes outside the output view were written"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_dt)
