@@ -434,6 +434,16 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // after the loads (production then), so the fused op now triggers right after the wait too.
 // (Also measured there: the decode kernel with 16-byte loads, "dx e8k*": no faster at any row;
 // benchmark/RESULTS.md, session 20.)
+// Session 21 (H100, the fused op at H=8192 in one torch process, the placement switched at
+// run time in a dev copy, graphs as the bench's, three rounds; us, after the loads / at the end /
+// right after the wait): T=65 2.06 / 2.20-2.24 / 2.11, T=72 2.08 / 2.26 / 2.12, T=80 2.17 /
+// 2.33-2.39 / 2.21-2.22, T=88 2.25-2.32 / 2.36-2.42 / 2.24, T=96 2.30-2.44 / 2.39-2.44 / 2.29,
+// T=104 2.33-2.51 / 2.42 / 2.37, T=112 2.47-2.58 / 2.46 / 2.45, T=120 2.58-2.61 / 2.52-2.57 /
+// 2.53, T=128 2.60-2.78 / 2.55-2.57 / 2.64. But tools/decode_rows.py (the bench's graphs, many
+// ops in one process), a build with the switch at 104 rows against one at 64, alternated twice:
+// T=72 2.072-2.076 against 2.110-2.113, T=96 2.43-2.44 against 2.44-2.45, T=104 2.54-2.56
+// against 2.44-2.45. The late trigger read 0.15-0.2 us slower in the dev process than here,
+// so the switch stays at 64.
 constexpr int64_t kExact1024MidRows = 64;
 bool exact_1024_after_loads(int64_t rows) { return rows <= kExact1024MidRows; }
 
