@@ -27,6 +27,7 @@
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/row_norm.cuh"
+#include "sgl_kernel/scalar_rows.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
 #include "sgl_kernel/words.cuh"
@@ -181,9 +182,10 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
   }
 }
 
-// Any hidden size and alignment: a block per row, two passes over the row.
+// Any hidden size and alignment: a block per row (scalar_row_threads), two passes over the
+// row, each thread loading kScalarBatch elements before it uses any (sgl_kernel/scalar_rows.cuh).
 template <typename T, bool kFused, bool kGemma>
-__global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
+__global__ void __launch_bounds__(1024) rmsnorm_scalar_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   uint32_t outer, inner;
@@ -194,23 +196,19 @@ __global__ void __launch_bounds__(256) rmsnorm_scalar_kernel(const RmsNormParams
 
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
-  float sum_sq = 0.f;
-  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) {
-    float f = to_float(in[j]);
-    if constexpr (kFused) {
-      const T s = from_float<T>(f + to_float(res[j]));
-      res[j] = s;
-      f = to_float(s);
-    }
-    sum_sq += f * f;
-  }
-  sum_sq = block_reduce_sum(sum_sq, scratch);
-  const float r = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
+  const float sum_sq = block_reduce_sum(scalar_row_sum_sq<T, kFused>(in, res, p.hidden), scratch);
+  const float rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
   // Each thread re-reads only the elements it wrote itself (fused), so no barrier is needed.
-  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) {
-    const float f = to_float(kFused ? res[j] : in[j]);
-    const float wf = kGemma ? 1.0f + to_float(p.weight[j]) : to_float(p.weight[j]);
-    out[j] = from_float<T>(f * r * wf);
+  const int64_t step = blockDim.x;
+  for (int64_t j0 = threadIdx.x; j0 < p.hidden; j0 += step * kScalarBatch) {
+    float f[kScalarBatch], w[kScalarBatch];
+    load_scalar_batch<T>(kFused ? res : in, j0, step, p.hidden, f);
+    load_scalar_batch(p.weight, j0, step, p.hidden, w);
+#pragma unroll
+    for (int u = 0; u < kScalarBatch; ++u) {
+      const int64_t j = j0 + u * step;
+      if (j < p.hidden) out[j] = from_float<T>(f[u] * rstd * (kGemma ? 1.0f + w[u] : w[u]));
+    }
   }
 }
 
@@ -699,8 +697,9 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
     const cudaError_t e = launch_vec_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
     if (e != cudaErrorNotSupported) return e;
   }
-  return launch_kernel(rmsnorm_scalar_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)), dim3(256), 0,
-                       stream, p.enable_pdl, p, rows_inner);
+  return launch_kernel(rmsnorm_scalar_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)),
+                       dim3(static_cast<uint32_t>(scalar_row_threads(p.rows, p.hidden))), 0, stream, p.enable_pdl, p,
+                       rows_inner);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/row_norm.cuh"
+#include "sgl_kernel/scalar_rows.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
 #include "sgl_kernel/words.cuh"
@@ -164,10 +165,14 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
   if constexpr (!kNorm) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-// Any row alignment and hidden size: a block per row; pass 1 forms the sum of squares (and
-// stores the residual), pass 2 gives each warp whole groups (group_size / 32 elements a lane).
+// Any row alignment and hidden size: a block per row (scalar_row_threads); pass 1 forms the
+// sum of squares (and stores the residual), kScalarBatch elements a thread loaded before any is
+// used; pass 2 gives each warp whole groups, a lane's elements of a group (group_size / 32, at
+// most kScalarGroupElems) held in registers between the group's maximum and its codes.
+constexpr int kScalarGroupElems = 8;  // group sizes up to 256 (the op's limit)
+
 template <typename T, QuantCode kCode, bool kFused>
-__global__ void __launch_bounds__(256) norm_quant_scalar_kernel(const RowQuantParams<T> p) {
+__global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantParams<T> p) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* in = p.input + row * p.input_stride;
@@ -175,18 +180,8 @@ __global__ void __launch_bounds__(256) norm_quant_scalar_kernel(const RowQuantPa
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
-  float sum_sq = 0.f;
-  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) {
-    float f = to_float(in[j]);
-    if constexpr (kFused) {
-      const T s = from_float<T>(f + to_float(res[j]));
-      res[j] = s;
-      f = to_float(s);
-    }
-    sum_sq += f * f;
-  }
-  // The barriers inside also make this block's residual stores visible to pass 2.
-  sum_sq = block_reduce_sum(sum_sq, scratch);
+  const float sum_sq = block_reduce_sum(scalar_row_sum_sq<T, kFused>(in, res, p.hidden), scratch);
+  // The barriers inside block_reduce_sum also make this block's residual stores visible to pass 2.
   const float rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.rms_eps);
   const T* src = kFused ? res : in;
   const int lane = threadIdx.x & 31;
@@ -194,17 +189,22 @@ __global__ void __launch_bounds__(256) norm_quant_scalar_kernel(const RowQuantPa
   const int64_t groups = p.hidden / p.group_size;
   for (int64_t g = threadIdx.x >> 5; g < groups; g += warps) {
     const int64_t base = g * p.group_size;
+    float y[kScalarGroupElems];
     uint32_t amax = 0;
-    for (int e = lane; e < p.group_size; e += 32) {
-      amax = max(amax, abs_bits(to_float(src[base + e]) * rstd * to_float(p.weight[base + e])));
+#pragma unroll
+    for (int k = 0; k < kScalarGroupElems; ++k) {
+      const int e = lane + 32 * k;
+      y[k] = e < p.group_size ? to_float(src[base + e]) * rstd * to_float(p.weight[base + e]) : 0.f;
+      amax = max(amax, abs_bits(y[k]));
     }
     amax = group_max_bits<32>(amax);
     const float s = scale_from_amax(amax, p.eps, p.qmax);
     const float used = lane == 0 ? store_scale(p.scales, 0, row, g, s) : codes_scale(p.scales, s);
     const float inv = inverse_scale(used);
-    for (int e = lane; e < p.group_size; e += 32) {
-      const float y = to_float(src[base + e]) * rstd * to_float(p.weight[base + e]);
-      out_q[base + e] = to_code<kCode>(y * inv, p.qmin, p.qmax);
+#pragma unroll
+    for (int k = 0; k < kScalarGroupElems; ++k) {
+      const int e = lane + 32 * k;
+      if (e < p.group_size) out_q[base + e] = to_code<kCode>(y[k] * inv, p.qmin, p.qmax);
     }
   }
 }
@@ -583,10 +583,9 @@ cudaError_t launch_norm_code(const RowQuantParams<T>& p, cudaStream_t stream) {
                                   : launch_shapes<T, kCode, false, true>(p, hv, vpg, shapes, stream);
     if (err != cudaErrorNotSupported) return err;
   }
-  const dim3 grid(static_cast<uint32_t>(p.rows));
-  return fused ? launch_kernel(norm_quant_scalar_kernel<T, kCode, true>, grid, dim3(256), 0, stream, p.enable_pdl, p)
-               : launch_kernel(norm_quant_scalar_kernel<T, kCode, false>, grid, dim3(256), 0, stream, p.enable_pdl,
-                               p);
+  const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(scalar_row_threads(p.rows, p.hidden)));
+  return fused ? launch_kernel(norm_quant_scalar_kernel<T, kCode, true>, grid, block, 0, stream, p.enable_pdl, p)
+               : launch_kernel(norm_quant_scalar_kernel<T, kCode, false>, grid, block, 0, stream, p.enable_pdl, p);
 }
 
 }  // namespace

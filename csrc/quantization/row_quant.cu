@@ -22,6 +22,7 @@
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/runtime.h"
+#include "sgl_kernel/scalar_rows.cuh"
 #include "sgl_kernel/vec.cuh"
 
 namespace sgl_kernel::quantization {
@@ -116,16 +117,24 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-// Per-token ops, any hidden size and alignment: a block per row, max pass then code pass.
+// Per-token ops, any hidden size and alignment: a block per row (scalar_row_threads), max pass
+// then code pass, each thread loading kScalarBatch elements before it uses any
+// (sgl_kernel/scalar_rows.cuh).
 template <typename T, QuantCode kCode>
-__global__ void __launch_bounds__(256) per_token_scalar_kernel(const RowQuantParams<T> p) {
+__global__ void __launch_bounds__(1024) per_token_scalar_kernel(const RowQuantParams<T> p) {
   __shared__ uint32_t scratch[32];
   const int64_t row = blockIdx.x;
   const T* in = p.input + row * p.input_stride;
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
+  const int64_t step = blockDim.x;
   SGL_PDL_WAIT();
   uint32_t amax = 0;
-  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) amax = max(amax, abs_bits(to_float(in[j])));
+  for (int64_t j0 = threadIdx.x; j0 < p.hidden; j0 += step * kScalarBatch) {
+    float f[kScalarBatch];
+    load_scalar_batch(in, j0, step, p.hidden, f);  // 0 past the row: no effect on the maximum
+#pragma unroll
+    for (int u = 0; u < kScalarBatch; ++u) amax = max(amax, abs_bits(f[u]));
+  }
   // block maximum of the bits
   amax = group_max_bits<32>(amax);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
@@ -134,7 +143,15 @@ __global__ void __launch_bounds__(256) per_token_scalar_kernel(const RowQuantPar
   const float s = scale_from_amax(amax, p.eps, p.qmax);
   if (threadIdx.x == 0) store_scale(p.scales, 0, row, 0, s);
   const float inv = inverse_scale(s);
-  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) out_q[j] = to_code<kCode>(to_float(in[j]) * inv, p.qmin, p.qmax);
+  for (int64_t j0 = threadIdx.x; j0 < p.hidden; j0 += step * kScalarBatch) {
+    float f[kScalarBatch];
+    load_scalar_batch(in, j0, step, p.hidden, f);
+#pragma unroll
+    for (int u = 0; u < kScalarBatch; ++u) {
+      const int64_t j = j0 + u * step;
+      if (j < p.hidden) out_q[j] = to_code<kCode>(f[u] * inv, p.qmin, p.qmax);
+    }
+  }
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
@@ -241,8 +258,8 @@ cudaError_t launch_code(const RowQuantParams<T>& p, cudaStream_t stream) {
     const cudaError_t err = launch_variant<T, kCode>(p, stream);
     if (err != cudaErrorNotSupported) return err;
   }
-  return launch_kernel(per_token_scalar_kernel<T, kCode>, dim3(static_cast<uint32_t>(p.rows)), dim3(256), 0, stream,
-                       p.enable_pdl, p);
+  return launch_kernel(per_token_scalar_kernel<T, kCode>, dim3(static_cast<uint32_t>(p.rows)),
+                       dim3(static_cast<uint32_t>(scalar_row_threads(p.rows, p.hidden))), 0, stream, p.enable_pdl, p);
 }
 
 }  // namespace

@@ -429,6 +429,24 @@ def test_row_stride_gt_hidden(op, dtype, gen):
         assert big[:, h:].isnan().all()
 
 
+@GPU
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 16384), (2, 40000), (300, 128), (257, 4100), (5, 4097)], ids=_ids)
+def test_scalar_path_shapes(op, dtype, shape, gen):
+    """The scalar (any alignment) kernel at its block sizes: rows one element past a 16-byte
+    boundary (row stride H + 8), so the vector kernels do not apply. One long row (1024
+    threads, several batches of loads), rows past the vector kernels' limit (H = 40000),
+    many short rows (more than 256: 32 threads), and odd lengths that end inside a batch."""
+    t, h = shape
+    base = _poisoned((t, h + 8), dtype)
+    x = base[:, 1 : h + 1]
+    x.copy_(_randn((t, h), dtype, gen))
+    _, w, other = make_args(op, (t, h), dtype, gen)
+    run_and_check(op, x, w, other)
+    assert base[:, 0].isnan().all() and base[:, h + 1 :].isnan().all()
+
+
 # ---------------------------------------------------------------------------------------
 # Launch options, determinism
 

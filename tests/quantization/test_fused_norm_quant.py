@@ -336,12 +336,16 @@ def test_row_stride(op, which, dtype, gen):
         assert bool(base[:, hidden:].isnan().all()), "wrote outside the view"
 
 
+UNALIGNED_CASES = [(19, 1024, 128), (1, 16384, 128), (2, 8192, 256), (300, 128, 16), (257, 4096, 64), (3, 40960, 32)]
+
+
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_dt)
-def test_row_stride_unaligned(op, dtype, gen):
+@pytest.mark.parametrize("tokens, hidden, group", UNALIGNED_CASES, ids=[f"{t}x{h}_g{g}" for t, h, g in UNALIGNED_CASES])
+def test_row_stride_unaligned(op, dtype, tokens, hidden, group, gen):
     """API.md: the row stride is free. A stride of H + 3 elements does not keep the rows
-    16-byte aligned."""
-    tokens, hidden = 19, 1024
+    16-byte aligned: the scalar kernel, at its block sizes (one long row on 1024 threads,
+    more than 256 short rows on 32), group sizes 16 to 256 (a lane's 1 to 8 elements)."""
     x, r, w = _make(op, tokens, hidden, dtype, gen)
     base = torch.full((tokens, hidden + 3), NAN, dtype=dtype, device="cuda")
     base[:, :hidden] = x
@@ -350,7 +354,7 @@ def test_row_stride_unaligned(op, dtype, gen):
         rbase = torch.full((tokens, hidden + 3), NAN, dtype=dtype, device="cuda")
         rbase[:, :hidden] = r
         r = rbase[:, :hidden]
-    _run_check(op, x, r, w, 128, FP8, "row")
+    _run_check(op, x, r, w, group, FP8, "row")
 
 
 @pytest.mark.parametrize("op", OPS)
