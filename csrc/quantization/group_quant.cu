@@ -31,17 +31,30 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T, QuantCode kCode, int kVpg, int kUnroll, bool kSilu, bool kMasked, LoadPolicy kLoad>
+// kPin (one vector a thread, plain loads): the thread's first input address is formed before
+// the PDL wait and prefetched (pdl_wait_prefetched, sgl_kernel/arch.cuh), so the parameter
+// loads and the index arithmetic are done when the wait returns.
+template <typename T, QuantCode kCode, int kVpg, int kUnroll, bool kSilu, bool kMasked, LoadPolicy kLoad,
+          bool kPin = false>
 __global__ void __launch_bounds__(kThreads)
     group_quant_kernel(const GroupQuantParams<T> p,
                        const FastDivmod vec_per_row,   // hidden / kVec
                        const FastDivmod tokens,        // tokens_per_expert (masked)
                        const uint32_t total_vec) {     // rows * hidden / kVec
   constexpr int kVec = kVec16<T>;
-  SGL_PDL_WAIT();
-  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  static_assert(!kPin || (kUnroll == 1 && kLoad == LoadPolicy::kDefault), "read-only loads may cross the wait");
   const uint32_t base = blockIdx.x * (kThreads * kUnroll) + threadIdx.x;
   const int64_t hidden = p.hidden;
+  if constexpr (kPin) {
+    uint32_t row, col;
+    vec_per_row.divmod(base, row, col);
+    const int64_t first = kSilu ? static_cast<int64_t>(row) * 2 * hidden + static_cast<int64_t>(col) * kVec
+                                : static_cast<int64_t>(base) * kVec;
+    pdl_wait_prefetched(base < total_vec ? p.input + first : p.input);
+  } else {
+    SGL_PDL_WAIT();
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
 
   Vec16<T> a[kUnroll];
   Vec16<T> b[kSilu ? kUnroll : 1];
@@ -141,12 +154,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, QuantCode kCode, int kVpg, bool kSilu, bool kMasked, int kUnroll, LoadPolicy kLoad>
+template <typename T, QuantCode kCode, int kVpg, bool kSilu, bool kMasked, int kUnroll, LoadPolicy kLoad,
+          bool kPin = false>
 cudaError_t launch_unroll(const GroupQuantParams<T>& p, uint32_t total_vec, const FastDivmod& vec_per_row,
                           const FastDivmod& tokens, cudaStream_t stream) {
   const dim3 grid(ceil_div<uint32_t>(total_vec, kThreads * kUnroll));
-  return launch_kernel(group_quant_kernel<T, kCode, kVpg, kUnroll, kSilu, kMasked, kLoad>, grid, dim3(kThreads), 0,
-                       stream, p.enable_pdl, p, vec_per_row, tokens, total_vec);
+  return launch_kernel(group_quant_kernel<T, kCode, kVpg, kUnroll, kSilu, kMasked, kLoad, kPin>, grid,
+                       dim3(kThreads), 0, stream, p.enable_pdl, p, vec_per_row, tokens, total_vec);
 }
 
 template <typename T, QuantCode kCode, int kVpg, bool kSilu, bool kMasked>
@@ -161,8 +175,8 @@ cudaError_t launch_shape(const GroupQuantParams<T>& p, uint32_t total_vec, cudaS
     return launch_unroll<T, kCode, kVpg, kSilu, kMasked, 2, LoadPolicy::kDefault>(p, total_vec, vec_per_row, tokens,
                                                                                 stream);
   }
-  return launch_unroll<T, kCode, kVpg, kSilu, kMasked, 1, LoadPolicy::kStream>(p, total_vec, vec_per_row, tokens,
-                                                                             stream);
+  return launch_unroll<T, kCode, kVpg, kSilu, kMasked, 1, LoadPolicy::kDefault, true>(p, total_vec, vec_per_row,
+                                                                                    tokens, stream);
 }
 
 template <typename T, QuantCode kCode, int kVpg>
