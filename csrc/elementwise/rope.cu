@@ -199,12 +199,22 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // 128 / 4096 / 32768): the general path (before) 1.47 / 1.58 / 2.03-2.05 / 31.25-31.27 /
 // 225.3-225.4; this path with the trigger after the loads 1.34 / 1.53 / 2.00-2.01 / 30.33-30.35 /
 // 218.5-218.7, at the end 1.39 / 1.54 / 1.91-1.94 / 30.36-30.37 / 218.5-218.7 (shipped).
-template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep, bool kKv = false>
+// kPin (the in-place path launched with PDL, without kKeep): the token's position
+// address is formed and prefetched before the PDL wait (pdl_wait_prefetched, sgl_kernel/
+// arch.cuh), so the parameter loads and the index arithmetic are done when the wait returns.
+// NOTE (H100, session 21, bench_rope.py --no-compile, the pin in every instance (A) against
+// none (B), alternated A B A B, us at T = 1 / 16 / 128): with PDL, rope_kv 1.38-1.39 / 1.49-1.50 /
+// 1.95-1.96 against 1.41 / 1.52-1.53 / 2.06-2.07, rope_pdl 1.16-1.17 / 1.30-1.31 / 1.67-1.71
+// against 1.25 / 1.31 / 1.74; without PDL (the wrapper's default without the KV write) slower:
+// rope 1.53 / 1.82-1.83 / 2.45 against 1.52 / 1.80-1.81 / 2.25-2.26, rope_gptj 2.37-2.43 against
+// 2.20-2.21 at T=128. From 4096 tokens within 0.5 % either way.
+template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep, bool kKv = false, bool kPin = false>
 __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
   static_assert(!(kGeneral && kKv), "kKv is a variant of the in-place path");
+  static_assert(!(kGeneral && kPin), "kPin: the in-place path only");
   constexpr LoadPolicy kLoad = kKeep ? LoadPolicy::kKeepL2 : LoadPolicy::kDefault;
   static_assert(sizeof(T) == 2 && 2 * kVec16<T> == kUnitElems, "fp16/bf16: a unit is two 16-byte vectors");
-  SGL_PDL_WAIT();
+  if constexpr (!kPin) SGL_PDL_WAIT();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   // 32-bit: the launcher keeps nnz * chunks below 2^32.
   const uint32_t warp = blockIdx.x * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
@@ -213,6 +223,11 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
   l.by_units.divmod(static_cast<uint32_t>(lane), slot32, u32);
   const int64_t token = token32;
   const int chunk = static_cast<int>(chunk32), u = static_cast<int>(u32), slot = static_cast<int>(slot32);
+  const TPos* pos_at = nullptr;  // kPin: the token's position
+  if constexpr (kPin) {
+    pos_at = static_cast<const TPos*>(p.pos_ids) + (token < p.nnz ? token : 0);
+    pdl_wait_prefetched(pos_at);
+  }
   if (token >= p.nnz || slot >= l.slots) return;
 
   const int rot_half = p.rotary_dim / 2;
@@ -235,7 +250,7 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
   // the cache skips the token (nothing written).
   float c[8], s[8];
   auto load_position = [&]() -> bool {
-    const int64_t pos = static_cast<int64_t>(static_cast<const TPos*>(p.pos_ids)[token]);
+    const int64_t pos = static_cast<int64_t>(kPin ? *pos_at : static_cast<const TPos*>(p.pos_ids)[token]);
     if (pos < 0 || pos >= p.max_pos) return false;
     const float* cs_row = p.cos_sin_cache + pos * p.rotary_dim;  // [R/2 cos | R/2 sin]
     if constexpr (kInterleave) {
@@ -405,14 +420,22 @@ struct RopePlan {
 
 template <typename T, bool kInterleave, typename TPos, bool kKeep>
 cudaError_t launch_planned(const RopeParams<T>& p, const RopePlan& plan, cudaStream_t stream) {
+  // kPin with PDL where kKeep is off (its instances stay as they were); see rope_kernel's NOTE.
+  const bool pin = p.enable_pdl && !kKeep;
   if (plan.kv) {
-    return launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep, true>, dim3(plan.grid), dim3(kBlock), 0,
-                         stream, p.enable_pdl, p, plan.l);
+    return pin ? launch_kernel(rope_kernel<T, kInterleave, TPos, false, false, true, true>, dim3(plan.grid),
+                               dim3(kBlock), 0, stream, p.enable_pdl, p, plan.l)
+               : launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep, true>, dim3(plan.grid), dim3(kBlock),
+                               0, stream, p.enable_pdl, p, plan.l);
   }
-  return plan.general ? launch_kernel(rope_kernel<T, kInterleave, TPos, true, kKeep>, dim3(plan.grid), dim3(kBlock),
-                                      0, stream, p.enable_pdl, p, plan.l)
-                      : launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep>, dim3(plan.grid), dim3(kBlock),
-                                      0, stream, p.enable_pdl, p, plan.l);
+  if (plan.general) {
+    return launch_kernel(rope_kernel<T, kInterleave, TPos, true, kKeep>, dim3(plan.grid), dim3(kBlock), 0, stream,
+                         p.enable_pdl, p, plan.l);
+  }
+  return pin ? launch_kernel(rope_kernel<T, kInterleave, TPos, false, false, false, true>, dim3(plan.grid),
+                             dim3(kBlock), 0, stream, p.enable_pdl, p, plan.l)
+             : launch_kernel(rope_kernel<T, kInterleave, TPos, false, kKeep>, dim3(plan.grid), dim3(kBlock), 0,
+                             stream, p.enable_pdl, p, plan.l);
 }
 
 template <typename T, bool kInterleave, typename TPos>
