@@ -76,10 +76,12 @@ namespace sgl_kernel {
 // thread's first input and weight vectors prefetched, alternated twice, us at T = 1 / 16 /
 // 128): H=4096 1.18-1.19 / 1.26-1.27 / 1.55-1.56 -> 1.07 / 1.14 / 1.53; H=8192 1.44-1.46 /
 // 1.55-1.56 / 2.05-2.06 -> 1.31-1.32 / 1.42 / 1.93-1.94. Used where measured faster (decode
-// RMSNorm and norm + quant kernels, concat tiles, the one-vector activation kernel). It lost
+// RMSNorm and norm + quant kernels, concat tiles, the one-vector activation kernel; session 21:
+// group_quant.cu's one-vector instance, RoPE's in-place path with PDL). It lost
 // in the many-row RMSNorm and norm + quant vector kernels (rmsnorm T=32768 H=4096 4247 -> 3332
 // GB/s) and in the per-tensor quant kernels (per_tensor_dyn_op T=128 2.34 -> 5.52 us), which
-// keep SGL_PDL_WAIT() (benchmark/RESULTS.md, session 19).
+// keep SGL_PDL_WAIT() (benchmark/RESULTS.md, session 19), and in RoPE launched without PDL
+// (T=128 2.26 -> 2.45 us, session 21).
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
