@@ -81,7 +81,8 @@ namespace sgl_kernel {
 // in the many-row RMSNorm and norm + quant vector kernels (rmsnorm T=32768 H=4096 4247 -> 3332
 // GB/s) and in the per-tensor quant kernels (per_tensor_dyn_op T=128 2.34 -> 5.52 us), which
 // keep SGL_PDL_WAIT() (benchmark/RESULTS.md, session 19), and in RoPE launched without PDL
-// (T=128 2.26 -> 2.45 us, session 21).
+// (T=128 2.26 -> 2.45 us, session 21) and in the per-token quant kernel's decode instances
+// (0.01-0.06 us slower, session 21).
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
