@@ -490,14 +490,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) diag_decode_kernel(const Ro
   if (fast) {
     const float a = __uint_as_float(max(m, __float_as_uint(p.eps)));
     s = remainder_div(a, qmax, rq);
-    if constexpr (kScales == DecodeScales::kRowF32) {
-      used = s;
-      inv_fast = rcp_refined(s);
-    } else {
-      const uint32_t e = ue8m0_exp_normal(s);
-      used = __uint_as_float(e << 23);
-      inv_fast = __uint_as_float((254u - e) << 23);
-    }
+    plain_used_and_inverse<kScales == DecodeScales::kPackedUe8m0>(s, used, inv_fast);
   } else {
     s = scale_of(m);
     used = rounded(s);

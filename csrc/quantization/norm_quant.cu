@@ -368,14 +368,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   float s, used, inv;
   if (amax_in_plain_range(gmax, floor_bits, q_ok)) {
     s = remainder_div(__uint_as_float(max(m, floor_bits)), qmax, qmax_r);
-    if constexpr (kScales == DecodeScales::kRowF32) {
-      used = s;
-      inv = rcp_refined(s);
-    } else {
-      const uint32_t e = ue8m0_exp_normal(s);
-      used = __uint_as_float(e << 23);
-      inv = __uint_as_float((254u - e) << 23);
-    }
+    plain_used_and_inverse<kScales == DecodeScales::kPackedUe8m0>(s, used, inv);
   } else {
     s = scale_from_amax_recip(m, p.eps, qmax, qmax_r, q_ok);
     used = kScales == DecodeScales::kRowF32 ? s : ue8m0_ceil(s);

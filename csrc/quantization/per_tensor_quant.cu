@@ -142,10 +142,7 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t i = base + u * kThreads;
       if (i < num_vec) {
-        float y[kElems];
-#pragma unroll
-        for (int e = 0; e < kElems; ++e) y[e] = to_float(x[u][e]);
-        const Vec<uint8_t, kElems> q = to_codes<QuantCode::kFp8>(y, inv, -kFp8Max, kFp8Max, false);
+        const Vec<uint8_t, kElems> q = vec_codes<QuantCode::kFp8>(x[u], inv, -kFp8Max, kFp8Max, false);
         uint8_t* dst = out + i * kElems;
         if (align == 0) {
           store_pieces<kElems>(dst, q);

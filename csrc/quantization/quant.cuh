@@ -137,6 +137,20 @@ __device__ __forceinline__ uint32_t ue8m0_exp_normal(float s) {
   return (b >> 23) + ((b & 0x7fffffu) != 0 ? 1u : 0u);
 }
 
+// On the unchecked path (a scale s whose biased exponent is in 7..220, amax_in_plain_range):
+// the scale the codes use (s, or its UE8M0 ceiling) and that scale's inverse.
+template <bool kUe8m0>
+__device__ __forceinline__ void plain_used_and_inverse(float s, float& used, float& inv) {
+  if constexpr (kUe8m0) {
+    const uint32_t e = ue8m0_exp_normal(s);
+    used = __uint_as_float(e << 23);
+    inv = __uint_as_float((254u - e) << 23);
+  } else {
+    used = s;
+    inv = rcp_refined(s);
+  }
+}
+
 // inverse_scale of a power of two (UE8M0 scales: ue8m0_ceil's results) by its exponent bits;
 // 0, the extremes, inf and NaN through inverse_scale. Equal to inverse_scale on all 256
 // exponents (tune_norm_quant.cu --check-div).
@@ -233,6 +247,16 @@ __device__ __forceinline__ uint32_t share_max_bits(const Vec16<T> (&x)[kVpt], in
   return amax;
 }
 
+// The codes of one vector (x * inv).
+template <QuantCode kCode, typename T, int kVec>
+__device__ __forceinline__ Vec<uint8_t, kVec> vec_codes(const Vec<T, kVec>& x, float inv, float lo, float hi,
+                                                        bool clamp) {
+  float y[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) y[e] = to_float(x[e]);
+  return to_codes<kCode>(y, inv, lo, hi, clamp);
+}
+
 // The share's codes (x * inv) into dst (one byte an element, vector i at dst + i * kVec; the
 // vectors are 16-byte ones, or narrower where a caller loads them so).
 template <QuantCode kCode, typename T, int kVec, int kVpt>
@@ -242,12 +266,7 @@ __device__ __forceinline__ void store_share_codes(const Vec<T, kVec> (&x)[kVpt],
 #pragma unroll
   for (int u = 0; u < kVpt; ++u) {
     const int64_t i = first + u * stride;
-    if (i < count) {
-      float y[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) y[e] = to_float(x[u][e]);
-      *reinterpret_cast<Vec<uint8_t, kVec>*>(dst + i * kVec) = to_codes<kCode>(y, inv, lo, hi, clamp);
-    }
+    if (i < count) *reinterpret_cast<Vec<uint8_t, kVec>*>(dst + i * kVec) = vec_codes<kCode>(x[u], inv, lo, hi, clamp);
   }
 }
 
