@@ -10,8 +10,10 @@ on the same shape (CUDA events, rotating among enough input sets to defeat the L
     python3 tools/dump_inductor_kernel.py fused_add_rmsnorm 32768 4096 --time
     python3 tools/dump_inductor_kernel.py rmsnorm 32768 6144 --save /tmp/inductor  # then nvdisasm the .cubin
 
-Ops: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul (T, d) and the RMSNorm family of
-tests/elementwise/ref_norm.py (T, H); bf16.
+Ops: silu_and_mul, gelu_and_mul, gelu_tanh_and_mul (T, d), the RMSNorm family of
+tests/elementwise/ref_norm.py (T, H), embedding_lookup (T indices into a 128256-row table of
+width d, as bench_embedding_lookup.py) and store_kv_cache (T rows of d elements into a pool of
+4T slots, as bench_store_kv_cache.py with heads x dim = d); bf16.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import torch  # noqa: E402
 from tests.elementwise.ref_activation import act_and_mul_torch  # noqa: E402
 from tests.elementwise.ref_norm import OPS as NORM_OPS  # noqa: E402
 from tests.elementwise.ref_norm import fused_add_rmsnorm_torch_, rmsnorm_torch  # noqa: E402
+from tests.project.ref_embedding_lookup import embedding_lookup_torch  # noqa: E402
+from tests.project.ref_store_kv_cache import store_kv_cache_torch  # noqa: E402
 
 EPS = 1e-6
 
@@ -72,6 +76,41 @@ def make(op: str, t: int, d: int):
             return fn(a[0], a[1], EPS, enable_pdl=False)
 
         return ref, args, ours, nbytes
+
+    if op == "embedding_lookup":
+        vocab = 128256
+        table = torch.randn(vocab, d, device="cuda", dtype=bf16)  # shared by every set, as the bench does
+
+        def ref(w, idx):
+            return embedding_lookup_torch(w, idx)
+
+        def args():
+            return (table, torch.randint(0, vocab, (t,), device="cuda"))
+
+        def ours(w, idx):
+            import sgl_kernel
+
+            return sgl_kernel.embedding_lookup(w, idx)
+
+        return ref, args, ours, 2 * t * d * 2 + 8 * t
+
+    if op == "store_kv_cache":
+        slots = 4 * t
+        pool = (torch.randn(slots, d, device="cuda", dtype=bf16), torch.randn(slots, d, device="cuda", dtype=bf16))
+
+        def ref(kc, vc, loc, k, v):
+            store_kv_cache_torch(kc, vc, loc, k, v)
+
+        def args():
+            return (*pool, torch.randperm(slots, device="cuda")[:t], torch.randn(t, d, device="cuda", dtype=bf16),
+                    torch.randn(t, d, device="cuda", dtype=bf16))
+
+        def ours(kc, vc, loc, k, v):
+            import sgl_kernel
+
+            sgl_kernel.set_kv_buffer_kernel(kc, vc, loc, k, v)
+
+        return ref, args, ours, 4 * t * d * 2
 
     def ref(a):
         return act_and_mul_torch(op, a)

@@ -197,6 +197,7 @@ namespace tune {
 using namespace sgl_kernel;
 using namespace sgl_kernel::project;
 using LP = LoadPolicy;
+using SP = StorePolicy;
 
 using tune_common::g_ctx;  // what was running, for CK's error message
 using tune_common::median;
@@ -209,7 +210,7 @@ using tune_common::parse_list;
 using StoreFn = cudaError_t (*)(const StoreKvCacheParams&, cudaStream_t);
 using EmbedFn = cudaError_t (*)(const EmbeddingLookupParams&, cudaStream_t);
 
-template <int kTensors, int kVpt, int kThreads, LP kLoad>
+template <int kTensors, int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault>
 cudaError_t store_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
   if (p.n == 0 || p.row_bytes == 0) return cudaSuccess;
   const int bytes = chunk_bytes({address(p.k_cache), address(p.v_cache), address(p.k), address(p.v),
@@ -217,18 +218,18 @@ cudaError_t store_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
                                  static_cast<uint64_t>(p.row_bytes)});
   return dispatch_row_copy(bytes, p.loc_int64, [&](auto width, auto index) {
     return store_kv::launch_shape<decltype(width)::value, typename decltype(index)::type, kTensors, kVpt, kThreads,
-                                  kLoad>(p, stream);
+                                  kLoad, kStore>(p, stream);
   });
 }
 
-template <int kVpt, int kThreads, LP kLoad>
+template <int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault>
 cudaError_t embed_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   if (p.num_indices == 0 || p.row_bytes == 0) return cudaSuccess;
   const int bytes = chunk_bytes({address(p.out), address(p.weight), static_cast<uint64_t>(p.weight_stride),
                                  static_cast<uint64_t>(p.row_bytes)});
   return dispatch_row_copy(bytes, p.indices_int64, [&](auto width, auto index) {
-    return embedding::launch_shape<decltype(width)::value, typename decltype(index)::type, kVpt, kThreads, kLoad>(
-        p, stream);
+    return embedding::launch_shape<decltype(width)::value, typename decltype(index)::type, kVpt, kThreads, kLoad,
+                                   kStore>(p, stream);
   });
 }
 
@@ -245,6 +246,11 @@ static const Variant<StoreFn> kStoreVariants[] = {
     {"kv t256", &store_shape<2, 1, 256, LP::kDefault>},
     {"kv t256 nc", &store_shape<2, 1, 256, LP::kStream>},
     {"kv2 t256", &store_shape<2, 2, 256, LP::kDefault>},
+    // Session 22: the caches stored evict_first (st.global.cs), other block sizes.
+    {"kv t256 cs", &store_shape<2, 1, 256, LP::kDefault, SP::kStream>},
+    {"kv t512", &store_shape<2, 1, 512, LP::kDefault>},
+    {"kv t128", &store_shape<2, 1, 128, LP::kDefault>},
+    {"kv2 t128", &store_shape<2, 2, 128, LP::kDefault>},
 };
 static const Variant<EmbedFn> kEmbedVariants[] = {
     {"old", &old_embedding::launch_embedding_lookup},
@@ -253,6 +259,16 @@ static const Variant<EmbedFn> kEmbedVariants[] = {
     {"v1 t128", &embed_shape<1, 128, LP::kDefault>},
     {"v2 t256", &embed_shape<2, 256, LP::kDefault>},
     {"v4 t256", &embed_shape<4, 256, LP::kDefault>},
+    // Session 22: the output stored evict_first (st.global.cs), the weight loaded evict_first
+    // (ld.global.cs) or read-only, other block sizes.
+    {"v2 t256 cs", &embed_shape<2, 256, LP::kDefault, SP::kStream>},
+    {"v2 t256 ef", &embed_shape<2, 256, LP::kEvictFirst>},
+    {"v2 t256 nc", &embed_shape<2, 256, LP::kStream>},
+    {"v1 t128 cs", &embed_shape<1, 128, LP::kDefault, SP::kStream>},
+    {"v1 t256", &embed_shape<1, 256, LP::kDefault>},
+    {"v2 t128", &embed_shape<2, 128, LP::kDefault>},
+    {"v2 t512", &embed_shape<2, 512, LP::kDefault>},
+    {"v4 t128", &embed_shape<4, 128, LP::kDefault>},
 };
 constexpr int kNumStore = sizeof(kStoreVariants) / sizeof(kStoreVariants[0]);
 constexpr int kNumEmbed = sizeof(kEmbedVariants) / sizeof(kEmbedVariants[0]);

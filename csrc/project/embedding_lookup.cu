@@ -36,8 +36,9 @@ __device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
   if constexpr (kLoad == LoadPolicy::kDefault) {
     return *p;
   } else if constexpr (kBytes >= 4) {
-    static_assert(kLoad == LoadPolicy::kStream, "kDefault or kStream");
-    const auto v = load_vec<Vec<uint32_t, kBytes / 4>, kLoad>(p);
+    // 16 bytes: any policy of load16; 4 and 8 bytes: ld.global.nc for every policy but kDefault.
+    constexpr LoadPolicy kPolicy = kBytes == 16 ? kLoad : LoadPolicy::kStream;
+    const auto v = load_vec<Vec<uint32_t, kBytes / 4>, kPolicy>(p);
     if constexpr (kBytes == 16) {
       return make_uint4(v[0], v[1], v[2], v[3]);
     } else if constexpr (kBytes == 8) {
@@ -52,7 +53,8 @@ __device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
 
 // Thread i (of `total`) writes chunks c + u * cols (u < kVpt, those < chunks) of output row
 // row0 + g, (g, c) = divmod(i, cols); cols = ceil(chunks / kVpt) threads cover a row.
-template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad>
+template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad,
+          StorePolicy kStore = StorePolicy::kDefault>
 __global__ void __launch_bounds__(kThreads)
     embedding_lookup_kernel(const EmbeddingLookupParams p, const FastDivmod cols, const uint32_t chunks,
                             const uint32_t total, const int64_t row0) {
@@ -84,14 +86,15 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kVpt; ++u) {
       const uint32_t cc = c + u * cols.divisor;
-      if (u == 0 || cc < chunks) dst[cc] = x[u];
+      if (u == 0 || cc < chunks) store_chunk<kBytes, kStore>(dst + cc, x[u]);
     }
   }
 }
 
-// One launch shape: kVpt chunks per thread, kThreads per block, kLoad for the weight. Several
-// launches when the call needs more than kMaxLaunchThreads threads.
-template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad>
+// One launch shape: kVpt chunks per thread, kThreads per block, kLoad for the weight, kStore for
+// the output. Several launches when the call needs more than kMaxLaunchThreads threads.
+template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad,
+          StorePolicy kStore = StorePolicy::kDefault>
 cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   const int64_t chunks = p.row_bytes / kBytes;
   const int64_t cols = ceil_div<int64_t>(chunks, kVpt);
@@ -100,7 +103,7 @@ cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   const int64_t rows_per_launch = kMaxLaunchThreads / cols;
   for (int64_t row0 = 0; row0 < p.num_indices; row0 += rows_per_launch) {
     const int64_t total = std::min(rows_per_launch, p.num_indices - row0) * cols;
-    SGL_CUDA_TRY(launch_kernel(embedding_lookup_kernel<kBytes, TIdx, kVpt, kThreads, kLoad>,
+    SGL_CUDA_TRY(launch_kernel(embedding_lookup_kernel<kBytes, TIdx, kVpt, kThreads, kLoad, kStore>,
                                dim3(static_cast<uint32_t>(ceil_div<int64_t>(total, kThreads))), dim3(kThreads), 0,
                                stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(cols)),
                                static_cast<uint32_t>(chunks), static_cast<uint32_t>(total), row0));

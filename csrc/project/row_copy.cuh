@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/vec.cuh"
 
 namespace sgl_kernel::project {
 
@@ -21,6 +22,23 @@ using Chunk = std::conditional_t<
     kBytes == 16, uint4,
     std::conditional_t<kBytes == 8, uint2,
                        std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 2, uint16_t, uint8_t>>>>;
+
+// One kBytes store: kDefault st.global, kStream st.global.cs (written once, evict first; 4, 8
+// and 16 bytes, narrower chunks store plainly).
+template <int kBytes, StorePolicy kStore>
+__device__ __forceinline__ void store_chunk(Chunk<kBytes>* p, const Chunk<kBytes>& v) {
+  static_assert(kStore == StorePolicy::kDefault || kStore == StorePolicy::kStream, "kDefault or kStream");
+  if constexpr (kStore == StorePolicy::kDefault || kBytes < 4) {
+    *p = v;
+  } else if constexpr (kBytes == 16) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  } else if constexpr (kBytes == 8) {
+    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+  } else {
+    asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  }
+}
 
 // The widest chunk (16, 8, 4, 2 or 1 bytes) dividing every value: pointer addresses, row
 // pitches and the row size in bytes.

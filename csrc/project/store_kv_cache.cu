@@ -76,7 +76,8 @@ __device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
 // Thread i (of `total`) copies kVpt chunks c + u * cols (u < kVpt, those < chunks) of row
 // row0 + g, (g, c) = divmod(i', cols), with i' = i (kTensors 2: k and v) or i' = i minus the k
 // half (kTensors 1, i >= half: v). cols = ceil(chunks / kVpt) threads cover a row.
-template <int kBytes, typename TLoc, int kTensors, int kVpt, int kThreads, LoadPolicy kLoad>
+template <int kBytes, typename TLoc, int kTensors, int kVpt, int kThreads, LoadPolicy kLoad,
+          StorePolicy kStore = StorePolicy::kDefault>
 __global__ void __launch_bounds__(kThreads)
     store_kv_cache_kernel(const StoreKvCacheParams p, const FastDivmod cols, const uint32_t chunks,
                           const uint32_t half, const uint32_t total, const int64_t row0) {
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(kThreads)
         const uint32_t cc = c + u * cols.divisor;
         if (u == 0 || cc < chunks) {
 #pragma unroll
-          for (int m = 0; m < kTensors; ++m) dst[m][cc] = x[m][u];
+          for (int m = 0; m < kTensors; ++m) store_chunk<kBytes, kStore>(dst[m] + cc, x[m][u]);
         }
       }
     }
@@ -124,8 +125,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // One launch shape: kTensors tensors and kVpt chunks per thread, kThreads per block, kLoad for
-// k and v. Several launches when the call needs more than kMaxLaunchThreads threads.
-template <int kBytes, typename TLoc, int kTensors, int kVpt, int kThreads, LoadPolicy kLoad>
+// k and v, kStore for the caches. Several launches when the call needs more than kMaxLaunchThreads threads.
+template <int kBytes, typename TLoc, int kTensors, int kVpt, int kThreads, LoadPolicy kLoad,
+          StorePolicy kStore = StorePolicy::kDefault>
 cudaError_t launch_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
   const int64_t chunks = p.row_bytes / kBytes;
   const int64_t cols = ceil_div<int64_t>(chunks, kVpt);
@@ -137,7 +139,7 @@ cudaError_t launch_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
     const int64_t rows = std::min(rows_per_launch, p.n - row0);
     const int64_t half = rows * cols;
     const int64_t total = rows * threads_per_row;
-    SGL_CUDA_TRY(launch_kernel(store_kv_cache_kernel<kBytes, TLoc, kTensors, kVpt, kThreads, kLoad>,
+    SGL_CUDA_TRY(launch_kernel(store_kv_cache_kernel<kBytes, TLoc, kTensors, kVpt, kThreads, kLoad, kStore>,
                                dim3(static_cast<uint32_t>(ceil_div<int64_t>(total, kThreads))), dim3(kThreads), 0,
                                stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(cols)),
                                static_cast<uint32_t>(chunks), static_cast<uint32_t>(half),
