@@ -123,6 +123,10 @@ void rmsnorm_impl(const char* op, at::Tensor& out, const at::Tensor& input, at::
   check_cuda(op, "input", input);
   check_dtype(op, "input", input, {at::kBFloat16, at::kHalf, at::kFloat});
   check_min_dim(op, "input", input, 1);
+  // launch_rmsnorm refuses 2^31 rows or more (norm.cu); an empty input never reaches it.
+  const int64_t rows = input.numel() == 0 ? 0 : input.numel() / input.size(-1);
+  SGL_CHECK(rows <= INT32_MAX, op, "input must have at most ", INT32_MAX,
+            " rows (the product of all dimensions but the last), got ", rows, " (shape ", input.sizes(), ")");
   check_last_dim_contiguous(op, "input", input);
   check_same_device(op, "weight", weight, "input", input);
   check_same_dtype(op, "weight", weight, "input", input);
