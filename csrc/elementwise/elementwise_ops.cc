@@ -421,23 +421,6 @@ void check_aligned_16(const char* op, const char* name, const at::Tensor& t) {
             ", strides ", t.strides(), " (element size ", elem, ")");
 }
 
-// The warps launch_rope gives a call of nnz tokens and total_heads heads of `units` 16-element
-// units each: plan_rope and set_grid of rope.cu, step for step (keep the two in step). Its warp
-// index is 32-bit: it refuses nnz * chunks + 4 > 2^32 - 1.
-int64_t rope_launch_warps(int64_t nnz, int64_t total_heads, int64_t units) {
-  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  const int64_t all_steps = ceil_div(total_heads, 32 / units);
-  int64_t steps;
-  if (nnz >= 16384) {  // kLongTokens: up to kLongSteps = 8 heads a lane
-    steps = ceil_div(all_steps, ceil_div(all_steps, 8));
-  } else {  // kTargetWarps = 1280, kBatch = 4, kTwoStepWarps = 10240
-    const int64_t want = std::clamp<int64_t>(ceil_div(1280, nnz), 1, all_steps);
-    steps = std::min<int64_t>(4, ceil_div(all_steps, want));
-    if (steps > 2 && nnz * ceil_div(all_steps, 2) <= 10240) steps = 2;
-  }
-  return nnz * ceil_div(all_steps, steps);
-}
-
 // `out` is either `in` itself (same data pointer and strides: computed in place) or another
 // tensor; the same data pointer with other strides would read elements another thread writes.
 void check_in_place(const char* op, const char* name, const at::Tensor& out, const char* in_name,
@@ -520,18 +503,6 @@ void apply_rope_pos_ids_cos_sin_cache(const at::Tensor& q, const at::Tensor& k, 
   const int64_t heads = q.size(1) + k.size(1) + (fused ? v->size(1) : 0);
   SGL_CHECK(heads <= INT32_MAX / 2, op, "q.shape[1] + k.shape[1]", fused ? " + v.shape[1]" : "",
             " (the heads) must be at most ", INT32_MAX / 2, ", got ", heads);
-  if (nnz > 0 && heads > 0) {
-    // In place (q_rope is q, k_rope is k, same strides) without the KV write, the warps cover the
-    // rotary units of a head only.
-    const bool in_place = q_rope.data_ptr() == q.data_ptr() && q_rope.stride(0) == q.stride(0) &&
-                          q_rope.stride(1) == q.stride(1) && k_rope.data_ptr() == k.data_ptr() &&
-                          k_rope.stride(0) == k.stride(0) && k_rope.stride(1) == k.stride(1);
-    const int64_t units = (in_place && !fused ? rotary_dim : head_size) / 16;
-    const int64_t warps = rope_launch_warps(nnz, heads, units);
-    SGL_CHECK(warps + 4 <= int64_t{0xffffffff}, op, "q.shape[0] (tokens) times the warps per token must stay below ",
-              "2^32 - 4 warps, got ", nnz, " tokens of ", heads, " heads of ", units * 16, " elements: ", warps,
-              " warps");
-  }
 
   check_aligned_16(op, "q", q);
   check_aligned_16(op, "k", k);
@@ -601,6 +572,11 @@ void apply_rope_pos_ids_cos_sin_cache(const at::Tensor& q, const at::Tensor& k, 
       p.enable_pdl = pdl;
       return launch_rope<T>(p, stream);
     });
+    // launch_rope's only cudaErrorInvalidConfiguration: its grid of warps (a 32-bit warp index,
+    // sized by rope.cu's plan from the tokens, heads and head size) would reach 2^32 - 4 warps.
+    // Nothing was launched.
+    SGL_CHECK(err != cudaErrorInvalidConfiguration, op, "q.shape[0] (tokens) times the warps per token must stay ",
+              "below 2^32 - 4 warps, got ", nnz, " tokens of ", heads, " heads of ", head_size, " elements");
     check_launch(op, err);
   }
 }

@@ -623,13 +623,14 @@ def _huge_args(nnz: int, hq: int, hk: int, d: int = 512, q_offset: int = 0) -> d
 
 
 def test_size_limit_messages():
-    """Refused before any launch, with the limit named: more than 2^30 - 1 heads (the launcher
-    counts them in int32), and a grid of 2^32 - 4 warps or more (a 32-bit warp index). 16
-    tokens of 2^30 - 1 heads of 512 take 4 heads a warp: 16 * 2^28 = 2^32 warps."""
+    """Refused before any kernel runs, with the limit named: more than 2^30 - 1 heads (the
+    launcher counts them in int32; a binding check), and a grid of 2^32 - 4 warps or more (a
+    32-bit warp index; the launcher's plan refuses it, the binding names it). 16 tokens of
+    2^30 - 1 heads of 512 take 4 heads a warp: 16 * 2^28 = 2^32 warps."""
     heads = 2**30 - 1
     with raises_op_error(OP, "q", "(the heads) must be at most 1073741823", f"got {heads + 1}"):
         _call(_huge_args(16, 2**29, 2**29))
-    with raises_op_error(OP, "q", "below 2^32 - 4 warps", f"16 tokens of {heads} heads of 512", f"{2**32} warps"):
+    with raises_op_error(OP, "q", "below 2^32 - 4 warps", f"16 tokens of {heads} heads of 512 elements"):
         _call(_huge_args(16, 2**29, 2**29 - 1))
 
 
