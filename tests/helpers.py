@@ -51,3 +51,52 @@ def opcheck_any_dtype(op, args) -> None:
         if isinstance(new, torch.Tensor) and not written:
             same = torch.equal(old.contiguous().view(torch.uint8), new.contiguous().view(torch.uint8))
             assert same, f"{op}: argument {arg.name} is not marked written (Tensor!) but changed"
+
+
+def one_row_view(shape, dtype, offset: int = 0):
+    """A CUDA tensor of ``shape`` whose dimensions but the last have stride 0, ``offset``
+    elements into its storage: one row of memory standing for a shape too large to allocate,
+    for size checks that must refuse it before any kernel runs (a kernel launched on it would
+    read and write that one row over and over)."""
+    import torch
+
+    assert len(shape) >= 2, "the last dimension is real memory: a 1-D view would not be one row"
+    base = torch.empty(shape[-1] + offset, dtype=dtype, device="cuda")
+    return base.as_strided(shape, (0,) * (len(shape) - 1) + (1,), offset)
+
+
+_CUDA_ARRAY_TYPESTR = {"uint8": "|u1", "int32": "<i4", "float16": "<f2", "float32": "<f4"}
+
+
+class _FakeExtent:
+    """A ``__cuda_array_interface__`` over a small allocation that claims a larger shape."""
+
+    def __init__(self, backing, shape, typestr: str, offset_bytes: int):
+        self._backing = backing  # kept alive by the tensor torch builds (it holds this object)
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "data": (backing.data_ptr() + offset_bytes, False),
+            "strides": None,  # C-contiguous
+            "version": 2,
+        }
+
+
+def fake_extent(shape, dtype, offset_bytes: int = 0):
+    """A contiguous CUDA tensor of ``shape`` (uint8, int32, float16 or float32) whose memory is
+    a 4 KiB allocation, ``offset_bytes`` past its start: torch wraps a
+    ``__cuda_array_interface__`` without checking its extent. For size checks on a dimension
+    that must be dense (where a zero stride would fail an earlier check). A kernel launched on
+    it would touch memory that is not there: use it only for calls that a host-side check
+    refuses, and where the launcher would refuse the shape too without that check."""
+    import torch
+
+    pytest.importorskip("numpy", reason="torch reads __cuda_array_interface__ through numpy")
+    backing = torch.empty(4096, dtype=torch.uint8, device="cuda")
+    typestr = _CUDA_ARRAY_TYPESTR[str(dtype).removeprefix("torch.")]
+    # The device named: torch.as_tensor then keeps the tensor where it is (no copy, which would
+    # read the memory that is not there).
+    t = torch.as_tensor(_FakeExtent(backing, shape, typestr, offset_bytes), device=backing.device)
+    assert t.shape == tuple(shape) and t.dtype == dtype and t.is_contiguous()
+    assert t.data_ptr() == backing.data_ptr() + offset_bytes
+    return t

@@ -202,7 +202,8 @@ cudaError_t launch_flat(const ConcatRowsParams& p, cudaStream_t stream) {
   const int64_t a_cols = p.a_cols / f, b_cols = p.b_cols / f, cols = a_cols + b_cols;
   const uint64_t total = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(cols);
   const uint64_t blocks = (total + kFlatThreads - 1) / kFlatThreads;
-  if (blocks >= (uint64_t{1} << 31)) return cudaErrorInvalidValue;
+  // cols and a_cols go to the kernel as 32-bit values.
+  if (cols > int64_t{0xffffffff} || blocks >= (uint64_t{1} << 31)) return cudaErrorInvalidValue;
   return launch_kernel(concat_flat_kernel<U, kLoad, kStore>, dim3(static_cast<uint32_t>(blocks)), dim3(kFlatThreads), 0, stream,
                        p.enable_pdl, static_cast<U*>(p.out), static_cast<const U*>(p.a), static_cast<const U*>(p.b),
                        scaled(p.out_rows, f), scaled(p.a_rows, f), scaled(p.b_rows, f),

@@ -123,6 +123,10 @@ void rmsnorm_impl(const char* op, at::Tensor& out, const at::Tensor& input, at::
   check_cuda(op, "input", input);
   check_dtype(op, "input", input, {at::kBFloat16, at::kHalf, at::kFloat});
   check_min_dim(op, "input", input, 1);
+  // launch_rmsnorm refuses 2^31 rows or more (norm.cu); an empty input never reaches it.
+  const int64_t rows = input.numel() == 0 ? 0 : input.numel() / input.size(-1);
+  SGL_CHECK(rows <= INT32_MAX, op, "input must have at most ", INT32_MAX,
+            " rows (the product of all dimensions but the last), got ", rows, " (shape ", input.sizes(), ")");
   check_last_dim_contiguous(op, "input", input);
   check_same_device(op, "weight", weight, "input", input);
   check_same_dtype(op, "weight", weight, "input", input);
@@ -198,13 +202,39 @@ void gemma_fused_add_rmsnorm(at::Tensor& input, at::Tensor& residual, const at::
   rmsnorm_impl("gemma_fused_add_rmsnorm", input, input, &residual, weight, eps, enable_pdl, true);
 }
 
+// Elements per copy unit of launch_concat_rows (concat.cu): a 16-byte vector when every
+// pointer, row stride and column count allows it (its vec_ok), else one element.
+int64_t concat_unit_elems(const ConcatRowsParams& p) {
+  const int64_t f = 16 / p.elem_bytes;
+  auto divisible = [f](const RowStrides& s) { return s.outer % f == 0 && s.inner % f == 0; };
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const bool vec = aligned(p.out) && aligned(p.a) && aligned(p.b) && p.a_cols % f == 0 && p.b_cols % f == 0 &&
+                   divisible(p.out_rows) && divisible(p.a_rows) && divisible(p.b_rows);
+  return vec ? f : 1;
+}
+
+// The sizes launch_concat_rows takes (out non-empty): fewer than 2^32 rows and, for its flat
+// kernel, rows of at most 2^32 - 1 copy units (a 32-bit divisor) and at most 2^31 - 1 blocks of
+// 256 units over the whole output. The tile kernel's rows (24 or 72 vectors, fewer than 2^32
+// rows) are inside both flat limits, so the limits hold whichever kernel runs.
+void check_concat_size(const char* op, const char* out_name, const ConcatRowsParams& p) {
+  SGL_CHECK(p.rows < (int64_t{1} << 32), op, out_name, " must have fewer than 2^32 rows (", out_name, ".shape[0] * ",
+            out_name, ".shape[1]), got ", p.rows);
+  const int64_t f = concat_unit_elems(p);
+  const int64_t cols = (p.a_cols + p.b_cols) / f;
+  const char* unit = f == 1 ? "elements (the tensors are not all 16-byte aligned)" : "16-byte vectors";
+  SGL_CHECK(cols <= int64_t{0xffffffff}, op, out_name, ".shape[2] must be at most 4294967295 copy units, got ", cols,
+            " ", unit);
+  const uint64_t units = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(cols);
+  constexpr uint64_t kMaxUnits = uint64_t{INT32_MAX} * 256;
+  SGL_CHECK(units <= kMaxUnits, op, out_name, " must have at most ", kMaxUnits,
+            " copy units in all (2^31 - 1 blocks of 256), got ", p.rows, " rows of ", cols, " ", unit);
+}
+
 // out = [a, b] along the last dim, rows addressed by the first two dims of out (a 3-D tensor).
-void concat_rows(const char* op, const at::Tensor& out, const at::Tensor& a, RowStrides a_rows, const at::Tensor& b,
-                 RowStrides b_rows) {
+void concat_rows(const char* op, const char* out_name, const at::Tensor& out, const at::Tensor& a,
+                 RowStrides a_rows, const at::Tensor& b, RowStrides b_rows) {
   if (out.numel() == 0) return;
-  require_kernel(op, "elementwise", kArchs, out);
-  const c10::cuda::CUDAGuard guard(out.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(out.get_device()).stream();
   ConcatRowsParams p{};
   p.out = out.data_ptr();
   p.a = a.data_ptr();
@@ -217,6 +247,10 @@ void concat_rows(const char* op, const at::Tensor& out, const at::Tensor& a, Row
   p.a_cols = a.size(-1);
   p.b_cols = b.size(-1);
   p.elem_bytes = static_cast<int>(out.element_size());
+  check_concat_size(op, out_name, p);
+  require_kernel(op, "elementwise", kArchs, out);
+  const c10::cuda::CUDAGuard guard(out.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(out.get_device()).stream();
   p.enable_pdl = pdl_supported(out);
   if constexpr (kBuilt) check_launch(op, launch_concat_rows(p, stream));
 }
@@ -243,7 +277,7 @@ void concat_mla_k(at::Tensor& k, const at::Tensor& k_nope, const at::Tensor& k_r
   check_size(op, "k_rope", k_rope, 0, k.size(0), "k.shape[0]");
   check_size(op, "k_rope", k_rope, 1, 1, "one rope head shared by all heads");
   check_size(op, "k", k, 2, k_nope.size(2) + k_rope.size(2), "k_nope.shape[2] + k_rope.shape[2]");
-  concat_rows(op, k, k_nope, {k_nope.stride(0), k_nope.stride(1)}, k_rope, {k_rope.stride(0), 0});
+  concat_rows(op, "k", k, k_nope, {k_nope.stride(0), k_nope.stride(1)}, k_rope, {k_rope.stride(0), 0});
 }
 
 // out = cat([a, b], dim=-1)
@@ -258,7 +292,7 @@ void concat_mla_absorb_q(const at::Tensor& a, const at::Tensor& b, at::Tensor& o
   check_leading_dims(op, "b", b, "a", a, 2);
   check_leading_dims(op, "out", out, "a", a, 2);
   check_size(op, "out", out, 2, a.size(2) + b.size(2), "a.shape[2] + b.shape[2]");
-  concat_rows(op, out, a, {a.stride(0), a.stride(1)}, b, {b.stride(0), b.stride(1)});
+  concat_rows(op, "out", out, a, {a.stride(0), a.stride(1)}, b, {b.stride(0), b.stride(1)});
 }
 
 // k_out[loc * mult + offset] = e4m3(clamp(k / k_scale, -448, 448)); same for v
@@ -269,12 +303,17 @@ void downcast_fp8(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_out, a
   check_cuda(op, "k", k);
   check_dtype(op, "k", k, {at::kBFloat16, at::kHalf});
   check_dim(op, "k", k, 3);
-  check_contiguous(op, "k", k);
   check_same_device(op, "v", v, "k", k);
   check_same_dtype(op, "v", v, "k", k);
   check_same_shape(op, "v", v, "k", k);
-  check_contiguous(op, "v", v);
   SGL_CHECK(k.size(2) % 8 == 0, op, "k.shape[2] (head dim) must be a multiple of 8, got ", k.size(2));
+  // launch_downcast_fp8 refuses 2^32 - 256 or more 16-byte vectors in k and v together (its
+  // thread index is 32-bit); an empty k never reaches it.
+  const int64_t vectors = k.numel() == 0 ? 0 : 2 * k.size(0) * (k.size(1) * k.size(2) / 8);
+  SGL_CHECK(vectors < (int64_t{1} << 32) - 256, op, "k must have fewer than 2^32 - 256 16-byte vectors in k and v ",
+            "together (2 * k.numel() / 8), got ", vectors, " (shape ", k.sizes(), ")");
+  check_contiguous(op, "k", k);
+  check_contiguous(op, "v", v);
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"k_out", &k_out}, {"v_out", &v_out}}) {
     check_same_device(op, name, *t, "k", k);
     check_dtype(op, name, *t, {at::kFloat8_e4m3fn, at::kByte});
@@ -459,6 +498,11 @@ void apply_rope_pos_ids_cos_sin_cache(const at::Tensor& q, const at::Tensor& k, 
     check_size(op, "kv_cache_loc", *kv_cache_loc, 0, nnz, "q.shape[0], tokens");
     check_contiguous(op, "kv_cache_loc", *kv_cache_loc);
   }
+  // The launcher and the kernel count heads in int32, with room for the rounding up to whole
+  // warps of heads.
+  const int64_t heads = q.size(1) + k.size(1) + (fused ? v->size(1) : 0);
+  SGL_CHECK(heads <= INT32_MAX / 2, op, "q.shape[1] + k.shape[1]", fused ? " + v.shape[1]" : "",
+            " (the heads) must be at most ", INT32_MAX / 2, ", got ", heads);
 
   check_aligned_16(op, "q", q);
   check_aligned_16(op, "k", k);
@@ -528,6 +572,11 @@ void apply_rope_pos_ids_cos_sin_cache(const at::Tensor& q, const at::Tensor& k, 
       p.enable_pdl = pdl;
       return launch_rope<T>(p, stream);
     });
+    // launch_rope's only cudaErrorInvalidConfiguration: its grid of warps (a 32-bit warp index,
+    // sized by rope.cu's plan from the tokens, heads and head size) would reach 2^32 - 4 warps.
+    // Nothing was launched.
+    SGL_CHECK(err != cudaErrorInvalidConfiguration, op, "q.shape[0] (tokens) times the warps per token must stay ",
+              "below 2^32 - 4 warps, got ", nnz, " tokens of ", heads, " heads of ", head_size, " elements");
     check_launch(op, err);
   }
 }

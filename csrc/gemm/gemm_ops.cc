@@ -69,6 +69,17 @@ void check_ab(const char* op, const at::Tensor& a, const at::Tensor& b, at::Scal
             reinterpret_cast<uintptr_t>(b.data_ptr()) % 16, ", stride(1) = ", b.stride(1));
 }
 
+// The CUTLASS kernels take M, N and K as int (a larger one would be truncated) and round them
+// up to whole tiles in int (the blockwise one also M to a multiple of 4): they stay within
+// INT32_MAX / 2, the decode kernels' own limit (decode_common.cuh). Called where a kernel runs.
+constexpr int64_t kMaxGemmDim = INT32_MAX / 2;
+
+void check_cutlass_shape(const char* op, int64_t m, int64_t n, int64_t k) {
+  SGL_CHECK(m <= kMaxGemmDim, op, "mat_a.shape[0] (M) must be at most ", kMaxGemmDim, ", got ", m);
+  SGL_CHECK(n <= kMaxGemmDim, op, "mat_b.shape[1] (N) must be at most ", kMaxGemmDim, ", got ", n);
+  SGL_CHECK(k <= kMaxGemmDim, op, "mat_a.shape[1] (K) must be at most ", kMaxGemmDim, ", got ", k);
+}
+
 // scales_a: M fp32 elements, scales_b: N (contiguous, [X] or [X, 1]); bias [N] of out_dtype.
 void check_row_col_scales(const char* op, const at::Tensor& a, const at::Tensor& sa, const at::Tensor& sb,
                           const std::optional<at::Tensor>& bias, int64_t m, int64_t n, at::ScalarType out_dtype) {
@@ -144,6 +155,7 @@ at::Tensor scaled_mm(const char* op, bool fp8, const at::Tensor& mat_a, const at
   check_ab(op, mat_a, mat_b, fp8 ? at::kFloat8_e4m3fn : at::kChar);
   const OutType ot = out_type_of(op, out_dtype);
   const int64_t m = mat_a.size(0), n = mat_b.size(1), k = mat_a.size(1);
+  if (m > 0 && n > 0) check_cutlass_shape(op, m, n, k);
   check_row_col_scales(op, mat_a, scales_a, scales_b, bias, m, n, out_dtype);
   at::Tensor out = at::empty({m, n}, mat_a.options().dtype(out_dtype));
   if (m == 0 || n == 0) return out;
@@ -356,6 +368,9 @@ at::Tensor awq_dequantize(const at::Tensor& qweight, const at::Tensor& scales, c
             "scales.shape[0] (the number of groups K / G) must divide qweight.shape[0] (K = ", k, "), got ", groups);
   check_size(op, "qzeros", qzeros, 0, groups, "K / G = scales.shape[0]");
   check_size(op, "qzeros", qzeros, 1, words, "N / 8 = qweight.shape[1]");
+  // launch_awq_dequantize refuses rows of 2^31 words or more; an empty output never reaches it.
+  SGL_CHECK(k == 0 || words <= INT32_MAX, op, "qweight.shape[1] (N / 8) must be at most ", INT32_MAX, ", got ",
+            words);
   at::Tensor out = at::empty({k, words * 8}, scales.options());
   if (k == 0 || words == 0) return out;
   require_kernel(op, "gemm", kArchs, qweight);
@@ -506,6 +521,7 @@ at::Tensor fp8_blockwise_scaled_mm(const at::Tensor& mat_a, const at::Tensor& ma
   const int64_t m = mat_a.size(0), n = mat_b.size(1), k = mat_a.size(1);
   SGL_CHECK(k % 128 == 0, op, "mat_a.shape[1] (K) must be a multiple of 128 (the block size), got ", k);
   SGL_CHECK(n % 128 == 0, op, "mat_b.shape[1] (N) must be a multiple of 128 (the block size), got ", n);
+  if (m > 0) check_cutlass_shape(op, m, n, k);
   const int64_t kb = k / 128, nb = n / 128;
   check_same_device(op, "scales_a", scales_a, "mat_a", mat_a);
   check_dtype(op, "scales_a", scales_a, {at::kFloat});

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bindings of the project family (API.md section 3).
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -111,6 +113,23 @@ void check_same_layout(const char* op, const char* name, const at::Tensor& t, co
             t.strides());
 }
 
+// The chunk a row copy moves (chunk_bytes of row_copy.cuh): the widest of 16, 8, 4, 2 and 1
+// bytes that divides every value (data pointers, row strides in bytes, the row size).
+int64_t copy_chunk_bytes(std::initializer_list<uint64_t> values) {
+  uint64_t bits = 16;
+  for (uint64_t v : values) bits |= v;
+  return static_cast<int64_t>(bits & (~bits + 1));
+}
+
+// The row copies (store_kv_cache.cu, embedding_lookup.cu) refuse rows of more than 2^31 chunks.
+void check_row_chunks(const char* op, const char* name, int64_t row_bytes, int64_t chunk) {
+  SGL_CHECK(row_bytes / chunk <= (int64_t{1} << 31), op, name, " rows must be at most 2^31 copy chunks of ", chunk,
+            " bytes (the widest of 16, 8, 4, 2, 1 bytes dividing every data pointer, row stride and the row size), ",
+            "got rows of ", row_bytes, " bytes = ", row_bytes / chunk, " chunks");
+}
+
+uint64_t address_of(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
+
 int64_t row_numel(const at::Tensor& t) {
   int64_t n = 1;
   for (int64_t i = 1; i < t.dim(); ++i) n *= t.size(i);
@@ -146,6 +165,12 @@ void store_kv_cache(at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& 
   const int64_t row_bytes = row * elt;
   SGL_CHECK(row_bytes % 128 == 0, op, "k_cache rows must be a multiple of 128 bytes, got ", row_bytes,
             " bytes (shape[1:] = ", k_cache.sizes().slice(1), " of ", dtype_name(k_cache.scalar_type()), ")");
+  if (out_loc.numel() > 0 && row_bytes > 0) {
+    check_row_chunks(op, "k_cache", row_bytes,
+                     copy_chunk_bytes({address_of(k_cache), address_of(v_cache), address_of(k), address_of(v),
+                                       static_cast<uint64_t>(k_cache.stride(0) * elt),
+                                       static_cast<uint64_t>(k.stride(0) * elt), static_cast<uint64_t>(row_bytes)}));
+  }
   if (out_loc.numel() == 0 || row_bytes == 0) return;
   require_kernel(op, "project", kArchs, k_cache);
 
@@ -185,6 +210,13 @@ void embedding_lookup(at::Tensor& out, const at::Tensor& weight, const at::Tenso
   check_dim(op, "out", out, indices.dim() + 1);
   check_leading_dims(op, "out", out, "indices", indices, indices.dim());
   check_size(op, "out", out, -1, weight.size(1), "weight.shape[1]");
+  if (out.numel() > 0) {
+    const int64_t elt = static_cast<int64_t>(weight.element_size());
+    const int64_t row_bytes = weight.size(1) * elt;
+    check_row_chunks(op, "weight", row_bytes,
+                     copy_chunk_bytes({address_of(out), address_of(weight), static_cast<uint64_t>(weight.stride(0) * elt),
+                                       static_cast<uint64_t>(row_bytes)}));
+  }
   check_contiguous(op, "out", out);
   const int64_t vocab = weight.size(0);
   if (vocab_length < 0) {

@@ -112,13 +112,22 @@ void group_quant_impl(const char* op, bool v2, const at::Tensor& input, at::Tens
   const bool masked = masked_m.has_value();
   const int64_t lead = masked ? 1 : 0;
   check_dim(op, "input", input, 2 + lead);
-  check_contiguous(op, "input", input);
   const int64_t in_k = input.size(-1);
   SGL_CHECK(!fuse_silu_and_mul || in_k % 2 == 0, op, "input.shape[-1] must be even (2 * hidden) with ",
             "fuse_silu_and_mul, got ", in_k);
   const int64_t k = fuse_silu_and_mul ? in_k / 2 : in_k;
   SGL_CHECK(valid_group_size(group_size), op, "group_size must be 16, 32, 64 or 128, got ", group_size);
   SGL_CHECK(k % group_size == 0, op, "group_size must divide the hidden size ", k, ", got ", group_size);
+  // launch_group_quant refuses more than 2^32 - 1025 16-byte vectors of output width (its flat
+  // kernel's vector index is 32-bit), checked before it picks a kernel; an empty output never
+  // reaches it.
+  const int64_t rows = k == 0 ? 0 : input.numel() / in_k;
+  const int64_t vec = 16 / static_cast<int64_t>(input.element_size());
+  const int64_t vectors = rows * (k / vec);
+  SGL_CHECK(vectors <= int64_t{0xffffffff} - 1024, op, "input must have at most ", int64_t{0xffffffff} - 1024,
+            " 16-byte vectors (rows * hidden / ", vec, "), got ", vectors, " (", rows, " rows of hidden size ", k,
+            ")");
+  check_contiguous(op, "input", input);
   check_quant_range(op, eps, fp8_min, fp8_max);
 
   const QuantCode code = group_code(op, output_q);
@@ -193,6 +202,9 @@ void per_token_impl(const char* op, QuantCode code, const at::Tensor& input, at:
   check_dim(op, "input", input, 2);
   check_last_dim_contiguous(op, "input", input);
   SGL_CHECK(input.size(1) % 4 == 0, op, "input.shape[-1] must be a multiple of 4, got ", input.size(1));
+  // launch_row_quant refuses 2^31 rows or more; an empty input never reaches it.
+  SGL_CHECK(input.numel() == 0 || input.size(0) <= INT32_MAX, op, "input.shape[0] (rows) must be at most ",
+            INT32_MAX, ", got ", input.size(0));
   check_same_device(op, "output_q", output_q, "input", input);
   if (code == QuantCode::kFp8) {
     check_dtype(op, "output_q", output_q, {at::kFloat8_e4m3fn});
@@ -287,6 +299,9 @@ void norm_quant_impl(const char* op, const at::Tensor& input, at::Tensor* residu
   check_last_dim_contiguous(op, "input", input);
   const int64_t hidden = input.size(1);
   const int64_t elem = input.element_size();
+  // launch_norm_quant refuses 2^31 rows or more; an empty input never reaches it.
+  SGL_CHECK(input.numel() == 0 || input.size(0) <= INT32_MAX, op, "input.shape[0] (rows) must be at most ",
+            INT32_MAX, ", got ", input.size(0));
   if (residual != nullptr) {
     check_same_device(op, "residual", *residual, "input", input);
     check_same_dtype(op, "residual", *residual, "input", input);

@@ -30,7 +30,7 @@ from tests.elementwise.ref_mla import (
     downcast_fp8_expected,
     downcast_fp8_ref,
 )
-from tests.helpers import raises_op_error
+from tests.helpers import one_row_view, raises_op_error
 
 gpu = pytest.mark.gpu
 
@@ -826,6 +826,70 @@ def test_concat_mla_absorb_q_host_tensors():
         sgl_kernel.concat_mla_absorb_q(args["a"], args["b"])
     with raises_op_error(AQ, "a", "CUDA", "cpu"):
         _op(AQ)(args["a"], args["b"], args["out"])
+
+
+# =======================================================================================
+# size limits: named before any launch. Zero-stride views give the sizes without the memory.
+
+
+def _bcast(shape, dtype=torch.bfloat16, offset: int = 0) -> torch.Tensor:
+    return one_row_view(shape, dtype, offset)
+
+
+def _dc_huge(h: int, d: int) -> dict:
+    """downcast_fp8 arguments for one token of h heads of d (k and v views of one row)."""
+    return dict(
+        k=_bcast((1, h, d)),
+        v=_bcast((1, h, d)),
+        k_out=_bcast((1, h, d), torch.uint8).view(FP8),
+        v_out=_bcast((1, h, d), torch.uint8).view(FP8),
+        k_scale=torch.ones(1, device="cuda"),
+        v_scale=torch.ones(1, device="cuda"),
+        loc=torch.zeros(1, dtype=torch.int64, device="cuda"),
+        mult=1,
+        offset=0,
+    )
+
+
+@gpu
+@pytest.mark.parametrize("h, d", [(2**27, 128), (2**31 - 128, 8)], ids=["2^32", "2^32-256"])
+def test_downcast_fp8_size_limit_messages(h, d):
+    """k and v together of 2^32 - 256 16-byte vectors or more are refused."""
+    vectors = 2 * h * d // 8
+    with raises_op_error(DC, "k", "fewer than 2^32 - 256 16-byte vectors", f"got {vectors}"):
+        _op(DC)(*_dc_huge(h, d).values())
+
+
+@gpu
+def test_downcast_fp8_size_limit_boundary():
+    """2^32 - 258 vectors (the most an even count can be below the limit) pass it: the next
+    check, contiguity, fails."""
+    with raises_op_error(DC, "k", "contiguous"):
+        _op(DC)(*_dc_huge(2**31 - 129, 8).values())
+
+
+@gpu
+def test_concat_mla_k_size_limit_messages():
+    """2^32 rows (tokens * heads) or more are refused."""
+    t = 2**25  # * 128 heads = 2^32 rows
+    k = _bcast((t, H_MLA, DN + DR))
+    k_nope, k_rope = _bcast((t, H_MLA, DN)), _bcast((t, 1, DR))
+    with raises_op_error(CK, "k", "fewer than 2^32 rows", f"got {2**32}"):
+        _op(CK)(k, k_nope, k_rope)
+
+
+@gpu
+@pytest.mark.parametrize("aligned", [True, False], ids=["vectors", "elements"])
+def test_concat_mla_absorb_q_size_limit_messages(aligned):
+    """The flat copy kernel takes at most (2^31 - 1) * 256 copy units in all: 16-byte vectors
+    when every pointer and stride allows them, else elements."""
+    t0, t1, w = 2**16, 2**15, 1024  # 2^31 rows of 2 * 1024 elements
+    a, b = _bcast((t0, t1, w)), _bcast((t0, t1, w))
+    out = _bcast((t0, t1, 2 * w), offset=0 if aligned else 1)
+    cols = 2 * w // 8 if aligned else 2 * w
+    unit = "16-byte vectors" if aligned else "elements"
+    with raises_op_error(AQ, "out", f"at most {(2**31 - 1) * 256} copy units", f"{2**31} rows of {cols} {unit}"):
+        _op(AQ)(a, b, out)
 
 
 # =======================================================================================

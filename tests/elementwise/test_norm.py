@@ -24,7 +24,7 @@ from tests.elementwise.ref_norm import (
     rmsnorm_ref,
     rmsnorm_torch,
 )
-from tests.helpers import raises_op_error
+from tests.helpers import one_row_view, raises_op_error
 from tests.tolerances import elementwise_tol
 
 GPU = pytest.mark.gpu
@@ -716,6 +716,31 @@ def test_uncollapsible_4d(op, where):
     if not _is_fused(op) and where == "input":
         with _raises_layout_error(op):
             getattr(sgl_kernel, op)(x, w)  # the wrapper's empty_like(x) is contiguous: still x
+
+
+@GPU
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", [(2**31, 16), (2**16, 2**15, 16), (2, 2**30 + 1, 16)], ids=str)
+def test_size_limit_messages(op, shape):
+    """2^31 rows or more (all dimensions but the last) are refused with a message naming the
+    limit, before any launch: zero-stride views give the row count without the memory."""
+    x, other = one_row_view(shape, torch.bfloat16), one_row_view(shape, torch.bfloat16)
+    w = torch.ones(shape[-1], dtype=torch.bfloat16, device="cuda")
+    rows = x.numel() // shape[-1]
+    for call in _calls(op, x, w, other):
+        with raises_op_error(op, "input", f"at most {2**31 - 1} rows", f"got {rows}"):
+            call()
+
+
+@GPU
+@pytest.mark.parametrize("op", OPS)
+def test_size_limit_boundary(op):
+    """2^31 - 1 rows pass the row limit: the next check (eps) is the one that fails."""
+    x, other = one_row_view((2**31 - 1, 16), torch.bfloat16), one_row_view((2**31 - 1, 16), torch.bfloat16)
+    w = torch.ones(16, dtype=torch.bfloat16, device="cuda")
+    for call in _calls(op, x, w, other, eps=NAN):
+        with raises_op_error(op, "eps"):
+            call()
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import torch
 import sgl_kernel
 from sgl_kernel import FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace
 from tests.elementwise.ref_rope import expected_rope, rope_torch
-from tests.helpers import raises_op_error
+from tests.helpers import one_row_view, raises_op_error
 from tests.tolerances import elementwise_tol
 
 pytestmark = pytest.mark.gpu
@@ -609,6 +609,35 @@ def test_bad_input(case):
         args["q_rope"] = args["q"]
     with raises_op_error(OP, arg, *fragments):
         _call(args)
+
+
+def _huge_args(nnz: int, hq: int, hk: int, d: int = 512, q_offset: int = 0) -> dict:
+    """Arguments for nnz tokens of hq + hk heads of d, out of place, without the KV write:
+    every token and head of q, k, q_rope and k_rope is one row of memory (zero strides)."""
+    bf16 = torch.bfloat16
+    q, q_rope = one_row_view((nnz, hq, d), bf16, q_offset), one_row_view((nnz, hq, d), bf16)
+    k, k_rope = one_row_view((nnz, hk, d), bf16), one_row_view((nnz, hk, d), bf16)
+    return dict(q=q, k=k, q_rope=q_rope, k_rope=k_rope,
+                cos_sin_cache=torch.zeros(4, d, device="cuda"), pos_ids=torch.zeros(nnz, dtype=torch.int64, device="cuda"),
+                interleave=False, enable_pdl=False, v=None, k_buffer=None, v_buffer=None, kv_cache_loc=None)
+
+
+def test_size_limit_messages():
+    """Refused before any kernel runs, with the limit named: more than 2^30 - 1 heads (the
+    launcher counts them in int32; a binding check), and a grid of 2^32 - 4 warps or more (a
+    32-bit warp index; the launcher's plan refuses it, the binding names it). 16 tokens of
+    2^30 - 1 heads of 512 take 4 heads a warp: 16 * 2^28 = 2^32 warps."""
+    heads = 2**30 - 1
+    with raises_op_error(OP, "q", "(the heads) must be at most 1073741823", f"got {heads + 1}"):
+        _call(_huge_args(16, 2**29, 2**29))
+    with raises_op_error(OP, "q", "below 2^32 - 4 warps", f"16 tokens of {heads} heads of 512 elements"):
+        _call(_huge_args(16, 2**29, 2**29 - 1))
+
+
+def test_size_limit_boundary():
+    """2^30 - 1 heads of one token pass both limits: the next check, alignment, fails."""
+    with raises_op_error(OP, "q", "16-byte aligned"):
+        _call(_huge_args(1, 2**29, 2**29 - 1, q_offset=1))
 
 
 def test_q_on_cpu():

@@ -18,7 +18,7 @@ import torch
 
 import sgl_kernel
 from tests.gemm.ref_awq import awq_dequantize_ref, awq_pack, awq_unpack, random_awq
-from tests.helpers import raises_op_error
+from tests.helpers import fake_extent, raises_op_error
 
 pytestmark = pytest.mark.gpu
 
@@ -187,3 +187,15 @@ def test_bad_inputs(case):
         _op()(*args)
     with raises_op_error(OP, arg, *fragments):
         sgl_kernel.awq_dequantize(*args)
+
+
+def test_size_limit_messages():
+    """Rows of 2^31 words (N = 2^34) or more are refused before the output is allocated or a
+    kernel runs. The rows must be dense, so the tensors claim 8-32 GiB over 4 KiB each
+    (fake_extent): nothing reads them."""
+    words = 2**31
+    qweight = fake_extent((1, words), torch.int32)
+    scales = fake_extent((1, 8 * words), torch.float16)
+    qzeros = fake_extent((1, words), torch.int32)
+    with raises_op_error(OP, "qweight", f"(N / 8) must be at most {2**31 - 1}", f"got {words}"):
+        _op()(qweight, scales, qzeros)

@@ -170,3 +170,28 @@ def test_bad_inputs(gen):
     with raises_op_error(op, "mat_a", "CUDA"):
         f(a.cpu(), b, sa, sb, bf)
     assert FP8 == torch.float8_e4m3fn
+
+
+def _huge_args(m: int, n: int, k: int = 128):
+    """mat_a [m, k] and mat_b [k, n] (column-major) with zero strides on M and N; scales of one
+    element (they are checked after M, N and K)."""
+    a = torch.empty_strided((m, k), (0, 1), dtype=FP8, device="cuda")
+    b = torch.empty_strided((k, n), (1, 0), dtype=FP8, device="cuda")
+    one = torch.ones(1, 1, device="cuda")
+    return a, b, one, one
+
+
+@pytest.mark.parametrize("dim, arg", [("M", "mat_a"), ("N", "mat_b")])
+def test_size_limit_messages(dim, arg):
+    """An M or N past INT32_MAX / 2 (CUTLASS takes the problem shape as int and rounds it up to
+    whole tiles) is refused before any allocation or launch. K has no such test: mat_a's rows
+    are dense, so a K of 2^30 takes 1 GiB for mat_a and as much for mat_b."""
+    m, n = (2**30, 128) if dim == "M" else (1, 2**30)
+    with raises_op_error("fp8_blockwise_scaled_mm", arg, f"({dim}) must be at most {2**30 - 1}", f"got {2**30}"):
+        torch.ops.sgl_kernel.fp8_blockwise_scaled_mm.default(*_huge_args(m, n), torch.bfloat16)
+
+
+def test_size_limit_boundary():
+    """M = INT32_MAX / 2 passes the shape limit: scales_a's shape is the next check to fail."""
+    with raises_op_error("fp8_blockwise_scaled_mm", "scales_a", "[M, K / 128]"):
+        torch.ops.sgl_kernel.fp8_blockwise_scaled_mm.default(*_huge_args(2**30 - 1, 128), torch.bfloat16)

@@ -242,6 +242,36 @@ def test_bad_inputs(kind, gen):
         op(wide[:, 8:], b, sa, sb, bf)
 
 
+def _huge_mm_args(kind: str, m: int, n: int, k: int = 16):
+    """mat_a [m, k] and mat_b [k, n] (column-major) with zero strides on M and N, scales of one
+    element: large sizes without the memory (scales_a is checked after M, N and K)."""
+    dtype = torch.float8_e4m3fn if kind == "fp8" else torch.int8
+    a = torch.empty_strided((m, k), (0, 1), dtype=dtype, device="cuda")
+    b = torch.empty_strided((k, n), (1, 0), dtype=dtype, device="cuda")
+    one = torch.ones(1, device="cuda")
+    return a, b, one, one
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dim, arg", [("M", "mat_a"), ("N", "mat_b")])
+def test_size_limit_messages(kind, dim, arg):
+    """An M or N past INT32_MAX / 2 (CUTLASS takes the problem shape as int and rounds it up to
+    whole tiles) is refused before any allocation or launch. K has no such test: mat_a's rows
+    are dense (stride(1) == 1), so a K of 2^30 takes 1 GiB for mat_a and as much for mat_b."""
+    name = f"{kind}_scaled_mm"
+    m, n = (2**30, 8) if dim == "M" else (1, 2**30)
+    with raises_op_error(name, arg, f"({dim}) must be at most {2**30 - 1}", f"got {2**30}"):
+        getattr(torch.ops.sgl_kernel, name).default(*_huge_mm_args(kind, m, n), torch.bfloat16, None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_size_limit_boundary(kind):
+    """M = INT32_MAX / 2 passes the shape limit: scales_a (one element) is the next check to fail."""
+    name = f"{kind}_scaled_mm"
+    with raises_op_error(name, "scales_a", "M = mat_a.shape[0]"):
+        getattr(torch.ops.sgl_kernel, name).default(*_huge_mm_args(kind, 2**30 - 1, 8), torch.bfloat16, None)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_sm8x_tiles_at_their_boundaries(kind, gen, monkeypatch):
     """The CUTLASS 2.x path's three tiles around the M where its heuristic switches (32, 128,

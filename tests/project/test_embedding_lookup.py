@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import sgl_kernel
-from tests.helpers import raises_op_error
+from tests.helpers import fake_extent, raises_op_error
 from tests.project.ref_embedding_lookup import embedding_lookup_ref
 
 pytestmark = pytest.mark.gpu
@@ -380,6 +380,21 @@ def test_bad_input(changes, arg, fragments):
     a = _args(**changes)
     with raises_op_error("embedding_lookup", arg, *fragments):
         OP(a["out"], a["weight"], a["indices"], a["vocab_start"], a["vocab_length"])
+
+
+@pytest.mark.parametrize("d, out_offset, chunk", [(2**34 + 8, 0, 16), (2**31 + 8, 2, 2)],
+                         ids=["16-byte-chunks", "2-byte-chunks"])
+def test_size_limit_messages(d, out_offset, chunk):
+    """Rows of more than 2^31 copy chunks are refused before any launch, with the limit and
+    the chunk width named (16 bytes when every pointer, row stride and the row size allow it;
+    2 bytes with out 2 bytes off). weight's rows and out must be dense, so they claim 4-32 GiB
+    over 4 KiB each (fake_extent): nothing reads them."""
+    weight = fake_extent((1, d), torch.float16)
+    out = fake_extent((1, d), torch.float16, offset_bytes=out_offset)
+    indices = torch.zeros(1, dtype=torch.int64, device="cuda")
+    with raises_op_error("embedding_lookup", "weight", f"at most 2^31 copy chunks of {chunk} bytes",
+                         f"rows of {2 * d} bytes = {2 * d // chunk} chunks"):
+        OP(out, weight, indices, 0, -1)
 
 
 def test_wrapper_bad_vocab_range():

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import sgl_kernel
-from tests.helpers import raises_op_error
+from tests.helpers import fake_extent, raises_op_error
 from tests.project.ref_store_kv_cache import store_kv_cache_ref
 
 pytestmark = pytest.mark.gpu
@@ -495,6 +495,21 @@ def test_bad_input(make, arg, fragments):
     args = make()
     with raises_op_error("store_kv_cache", arg, *fragments):
         OP(args["k_cache"], args["v_cache"], args["out_loc"], args["k"], args["v"])
+
+
+@pytest.mark.parametrize("row_bytes, k_offset, chunk", [(2**35 + 128, 0, 16), (2**31 + 128, 1, 1)],
+                         ids=["16-byte-chunks", "1-byte-chunks"])
+def test_size_limit_messages(row_bytes, k_offset, chunk):
+    """Rows of more than 2^31 copy chunks are refused before any launch, with the limit and
+    the chunk width named (16 bytes when every pointer, row stride and the row size allow it;
+    1 byte with k at an odd address). The rows must be contiguous, so the tensors claim 2-32
+    GiB over 4 KiB each (fake_extent): nothing reads them."""
+    k_cache, v_cache, v = (fake_extent((1, row_bytes), torch.uint8) for _ in range(3))
+    k = fake_extent((1, row_bytes), torch.uint8, offset_bytes=k_offset)
+    out_loc = torch.zeros(1, dtype=torch.int64, device="cuda")
+    with raises_op_error("store_kv_cache", "k_cache", f"at most 2^31 copy chunks of {chunk} bytes",
+                         f"rows of {row_bytes} bytes = {row_bytes // chunk} chunks"):
+        OP(k_cache, v_cache, out_loc, k, v)
 
 
 @pytest.mark.parametrize(

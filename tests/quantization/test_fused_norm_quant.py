@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import sgl_kernel
-from tests.helpers import opcheck_any_dtype, raises_op_error
+from tests.helpers import one_row_view, opcheck_any_dtype, raises_op_error
 from tests.quantization.ref_quant import (
     EPS,
     FP8,
@@ -600,6 +600,29 @@ COMMON_BAD = [
 BAD_CASES = [(op, k) for op in OPS for k in COMMON_BAD] + [
     (ADD, k) for k in ("residual_shape", "residual_rows", "residual_dtype")
 ]
+
+
+def _huge_args(rows: int, hidden: int = 128):
+    """x, residual, output_q, output_s, weight for ``rows`` rows, each one row of memory."""
+    x, r = one_row_view((rows, hidden), torch.bfloat16), one_row_view((rows, hidden), torch.bfloat16)
+    q, s = one_row_view((rows, hidden), FP8), one_row_view((rows, hidden // 128), torch.float32)
+    return x, r, q, s, torch.ones(hidden, dtype=torch.bfloat16, device="cuda")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_size_limit_messages(op):
+    """2^31 rows or more are refused before any launch, with the limit named."""
+    x, r, q, s, w = _huge_args(2**31)
+    with raises_op_error(op, "input", f"(rows) must be at most {2**31 - 1}", f"got {2**31}"):
+        _call(op, "op", x, r, q, s, w, 128, False)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_size_limit_boundary(op):
+    """2^31 - 1 rows pass the row limit: the next check that fails is group_size's."""
+    x, r, q, s, w = _huge_args(2**31 - 1)
+    with raises_op_error(op, "group_size", "48"):
+        _call(op, "op", x, r, q, s, w, 48, False)
 
 
 @pytest.mark.parametrize("op, kind", BAD_CASES, ids=[f"{op}-{k}" for op, k in BAD_CASES])

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import sgl_kernel
-from tests.helpers import opcheck_any_dtype, raises_op_error
+from tests.helpers import one_row_view, opcheck_any_dtype, raises_op_error
 from tests.quantization.ref_quant import (
     EPS,
     FP8,
@@ -775,6 +775,52 @@ BAD_CASES = (
     + [("v2", k) for k in BOTH_BAD]
     + [("v2", k) for k in ["input_fp32_v2", "masked_m_int64", "masked_m_experts", "masked_m_cpu", "silu_output_q_hidden"]]
 )
+
+
+# (version, input shape, input dtype, group_size, fuse_silu_and_mul, experts of masked_m or 0)
+HUGE_CASES = {
+    "v1": ("v1", (2**28, 128), torch.bfloat16, 128, False, 0),
+    "v1_fp32": ("v1", (2**27, 128), torch.float32, 128, False, 0),
+    "v1_g16": ("v1", (2147483136, 16), torch.bfloat16, 16, False, 0),
+    "v2_silu": ("v2", (2**28, 256), torch.bfloat16, 128, True, 0),
+    "v2_masked": ("v2", (16, 2**24, 128), torch.bfloat16, 128, False, 16),
+}
+
+
+def _call_huge(version: str, shape, dtype, gs: int, fuse: bool, experts: int) -> None:
+    """The op on zero-stride views (one row of memory each) of the case's shapes."""
+    k = shape[-1] // 2 if fuse else shape[-1]
+    x = one_row_view(shape, dtype)
+    q = one_row_view((*shape[:-1], k), FP8)
+    s = one_row_view((*shape[:-1], k // gs), torch.float32)
+    qmin, qmax = qrange(FP8)
+    if version == "v1":
+        _op(V1)(x, q, s, gs, EPS, qmin, qmax, False)
+    else:
+        mm = torch.ones(experts, dtype=torch.int32, device="cuda") if experts else None
+        _op(V2)(x, q, s, gs, EPS, qmin, qmax, False, fuse, mm)
+
+
+@pytest.mark.parametrize("case", list(HUGE_CASES))
+def test_size_limit_messages(case):
+    """More than 2^32 - 1025 16-byte vectors of output width (rows * hidden / vector) are
+    refused before any launch, with the limit named."""
+    version, shape, dtype, gs, fuse, experts = HUGE_CASES[case]
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    k = shape[-1] // 2 if fuse else shape[-1]
+    vectors = rows * k * dtype.itemsize // 16
+    assert vectors > 2**32 - 1025
+    with raises_op_error(OP_NAME[version], "input", f"at most {2**32 - 1025} 16-byte vectors", f"got {vectors}"):
+        _call_huge(version, shape, dtype, gs, fuse, experts)
+
+
+def test_size_limit_boundary():
+    """2^32 - 1026 vectors (2 per row: an even count, the most below the limit) pass it: the
+    next check, input's contiguity, fails."""
+    with raises_op_error(V1, "input", "contiguous"):
+        _call_huge("v1", (2147483135, 16), torch.bfloat16, 16, False, 0)
 
 
 @pytest.mark.parametrize("version, kind", BAD_CASES, ids=[f"{v}-{k}" for v, k in BAD_CASES])

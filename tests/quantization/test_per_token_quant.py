@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import sgl_kernel
-from tests.helpers import opcheck_any_dtype, raises_op_error
+from tests.helpers import one_row_view, opcheck_any_dtype, raises_op_error
 from tests.quantization.ref_quant import (
     FP8,
     FP8_MAX,
@@ -568,6 +568,27 @@ def test_bad_inputs_per_token(op, kind):
         _op(op)(x, q, s)
     with raises_op_error(op, arg, *frags):
         getattr(sgl_kernel, op)(x, q, s)
+
+
+def _huge_token_args(op: str, rows: int, hidden: int = 16):
+    """input, output_q, output_s of ``rows`` rows, each one row of memory (zero strides)."""
+    x = one_row_view((rows, hidden), torch.bfloat16)
+    q = one_row_view((rows, hidden), torch.int8 if op.endswith("int8") else FP8)
+    return x, q, torch.empty_strided((rows,), (0,), dtype=torch.float32, device="cuda")
+
+
+@pytest.mark.parametrize("op", PER_TOKEN_OPS)
+def test_size_limit_messages(op):
+    """2^31 rows or more are refused before any launch, with the limit named."""
+    with raises_op_error(op, "input", f"(rows) must be at most {2**31 - 1}", f"got {2**31}"):
+        _op(op)(*_huge_token_args(op, 2**31))
+
+
+@pytest.mark.parametrize("op", PER_TOKEN_OPS)
+def test_size_limit_boundary(op):
+    """2^31 - 1 rows pass the row limit: the next check, output_q's contiguity, fails."""
+    with raises_op_error(op, "output_q", "contiguous"):
+        _op(op)(*_huge_token_args(op, 2**31 - 1))
 
 
 def _bad_tensor_case(kind: str):
