@@ -482,11 +482,11 @@ cudaError_t run_prod(const P& p, cudaStream_t stream) { return launch_rmsnorm<T>
 
 // Two passes over the row: norm.cu's rmsnorm_twopass_kernel (torch.compile's looped-reduction
 // shape) at THREADS threads a row, UNROLL vectors a thread a chunk, cache hint mode HINT.
-template <int kThreads, int kUnroll, int kHint, bool kFused>
+template <int kThreads, int kUnroll, int kHint, bool kFused, PdlTrigger kTrig = PdlTrigger::kEarly>
 cudaError_t run_twopass(const P& p, cudaStream_t stream) {
   if (p.hidden % 8 != 0 || p.rows > 0x7fffffff) return cudaErrorNotSupported;
   const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
-  return launch_twopass<T, kThreads, kUnroll, kFused, false, kHint>(p, rows_inner, stream);
+  return launch_twopass<T, kThreads, kUnroll, kFused, false, kHint, false, kTrig>(p, rows_inner, stream);
 }
 
 // A replica of torch.compile's kernel for the plain op at bf16 H=6144 (Inductor's
@@ -733,6 +733,9 @@ const std::vector<Variant>& variants() {
           .load = LP::kKeepL2),
       GEN("g v16 pre keep", "as g v16 pre, row loads with an L2 evict_last policy", .vpt = 16, .load = LP::kKeepL2),
       TWOPASS("2p t256 u2 h1", 256, 2, 1, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, L2 evict_last / evict_first policies"),
+      // Session 22: the trigger after the stores instead of right after the wait.
+      {"2p t256 u2 h1 late", run_twopass<256, 2, 1, false, PdlTrigger::kLate>, run_twopass<256, 2, 1, true, PdlTrigger::kLate>,
+       "as 2p t256 u2 h1, the PDL trigger after the stores"},
       TWOPASS("2p t256 u2 h3", 256, 2, 3, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, L1 + L2 priorities (Triton's hints)"),
       TWOPASS("2p t256 u2 h5", 256, 2, 5, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, as h1, the fused op's input evict_first"),
       TWOPASS("2p t256 u2 h6", 256, 2, 6, "two passes, 256 threads a row, 2 vector(s) a thread a chunk, as h5, the residual stored evict_last"),

@@ -222,14 +222,14 @@ cudaError_t store_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
   });
 }
 
-template <int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault>
+template <int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault, int kPdl = 3>
 cudaError_t embed_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   if (p.num_indices == 0 || p.row_bytes == 0) return cudaSuccess;
   const int bytes = chunk_bytes({address(p.out), address(p.weight), static_cast<uint64_t>(p.weight_stride),
                                  static_cast<uint64_t>(p.row_bytes)});
   return dispatch_row_copy(bytes, p.indices_int64, [&](auto width, auto index) {
     return embedding::launch_shape<decltype(width)::value, typename decltype(index)::type, kVpt, kThreads, kLoad,
-                                   kStore>(p, stream);
+                                   kStore, kPdl>(p, stream);
   });
 }
 
@@ -269,6 +269,16 @@ static const Variant<EmbedFn> kEmbedVariants[] = {
     {"v2 t128", &embed_shape<2, 128, LP::kDefault>},
     {"v2 t512", &embed_shape<2, 512, LP::kDefault>},
     {"v4 t128", &embed_shape<4, 128, LP::kDefault>},
+    // Without the PDL wait and/or the trigger ("pN": N = 1 wait only, 2 trigger only, 0 neither,
+    // 5 wait and a trigger after the stores; N = 0 and 2 only with --no-pdl, as a kernel without
+    // the wait may not be launched with PDL).
+    {"v1 t128 p0", &embed_shape<1, 128, LP::kDefault, SP::kDefault, 0>},
+    {"v1 t128 p1", &embed_shape<1, 128, LP::kDefault, SP::kDefault, 1>},
+    {"v2 t256 p0", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 0>},
+    {"v2 t256 p1", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 1>},
+    {"v2 t256 p2", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 2>},
+    {"v2 t256 p5", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 5>},
+    {"v1 t128 p5", &embed_shape<1, 128, LP::kDefault, SP::kDefault, 5>},
 };
 constexpr int kNumStore = sizeof(kStoreVariants) / sizeof(kStoreVariants[0]);
 constexpr int kNumEmbed = sizeof(kEmbedVariants) / sizeof(kEmbedVariants[0]);
@@ -796,6 +806,9 @@ static void time_store(const Options& opt, Timer& tm) {
   }
 }
 
+// A variant without the PDL wait ("p0", "p2") may not be launched with PDL: skipped then.
+static bool pdl_safe(const char* name) { return !std::strstr(name, " p0") && !std::strstr(name, " p2"); }
+
 static void time_embed(const Options& opt, Timer& tm) {
   constexpr int64_t kVocab = 128256, kShard = kVocab / 8, kShardStart = 3 * kShard;
   struct Shape {
@@ -855,6 +868,10 @@ static void time_embed(const Options& opt, Timer& tm) {
     int calls = 0, reps = 0;
     tm.plan([&](int k) { return kEmbedVariants[0].fn(ps[k], tm.s); }, nsets, hot, &calls, &reps);
     for (int vi = 0; vi < kNumEmbed; ++vi) {
+      if (opt.pdl && !pdl_safe(kEmbedVariants[vi].name)) {
+        us[vi * ns + si] = NAN;
+        continue;
+      }
       std::snprintf(g_ctx, sizeof(g_ctx), "time embed %s %s", cols[si].c_str(), kEmbedVariants[vi].name);
       us[vi * ns + si] = tm.time_graph([&](int k) { return kEmbedVariants[vi].fn(ps[k], tm.s); }, nsets, calls, reps);
     }

@@ -245,8 +245,11 @@ constexpr LoadPolicy twopass_policy(int hint, int which) {
 constexpr StorePolicy twopass_out_store(int hint) { return hint == 7 ? StorePolicy::kStream : StorePolicy::kDefault; }
 
 
-template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false>
+// kTrig (tune rows): the PDL trigger right after the wait (production) or after the stores.
+template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false,
+          PdlTrigger kTrig = PdlTrigger::kEarly>
 __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
+  static_assert(kTrig == PdlTrigger::kEarly || kTrig == PdlTrigger::kLate, "early or late");
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
   constexpr int kVec = kVec16<T>;
   constexpr LoadPolicy kFirst = twopass_policy(kHint, 0), kAgain = twopass_policy(kHint, 1),
@@ -259,7 +262,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
   T* out = p.out + row_offset(p.out_rows, outer, inner);
   const int hv = static_cast<int>(p.hidden / kVec);
   SGL_PDL_WAIT();
-  SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   float sum_sq = 0.f;
   Word4 held[kRegs ? kUnroll : 1];  // kRegs: the row (one chunk) between the passes
   for (int base = threadIdx.x; base < hv; base += kThreads * kUnroll) {
@@ -314,6 +317,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
       }
     }
   }
+  if constexpr (kTrig == PdlTrigger::kLate) SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
 // Exact-row kernel (many rows): the two-pass kernel's work on a row of exactly kChunks * kThreads
@@ -398,9 +402,10 @@ cudaError_t launch_exact(const RmsNormParams<T>& p, const FastDivmod& rows_inner
                               dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner);
 }
 
-template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false>
+template <typename T, int kThreads, int kUnroll, bool kFused, bool kGemma, int kHint, bool kRegs = false,
+          PdlTrigger kTrig = PdlTrigger::kEarly>
 cudaError_t launch_twopass(const RmsNormParams<T>& p, const FastDivmod& rows_inner, cudaStream_t stream) {
-  return launch_kernel(rmsnorm_twopass_kernel<T, kThreads, kUnroll, kFused, kGemma, kHint, kRegs>,
+  return launch_kernel(rmsnorm_twopass_kernel<T, kThreads, kUnroll, kFused, kGemma, kHint, kRegs, kTrig>,
                        dim3(static_cast<uint32_t>(p.rows)), dim3(kThreads), 0, stream, p.enable_pdl, p, rows_inner);
 }
 
