@@ -222,14 +222,14 @@ cudaError_t store_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
   });
 }
 
-template <int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault, int kPdl = 3>
+template <int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault, int kPdl = 3, bool kIdxPlain = false>
 cudaError_t embed_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   if (p.num_indices == 0 || p.row_bytes == 0) return cudaSuccess;
   const int bytes = chunk_bytes({address(p.out), address(p.weight), static_cast<uint64_t>(p.weight_stride),
                                  static_cast<uint64_t>(p.row_bytes)});
   return dispatch_row_copy(bytes, p.indices_int64, [&](auto width, auto index) {
     return embedding::launch_shape<decltype(width)::value, typename decltype(index)::type, kVpt, kThreads, kLoad,
-                                   kStore, kPdl>(p, stream);
+                                   kStore, kPdl, kIdxPlain>(p, stream);
   });
 }
 
@@ -279,6 +279,10 @@ static const Variant<EmbedFn> kEmbedVariants[] = {
     {"v2 t256 p2", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 2>},
     {"v2 t256 p5", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 5>},
     {"v1 t128 p5", &embed_shape<1, 128, LP::kDefault, SP::kDefault, 5>},
+    // The index through ld.global ("ip") instead of ld.global.nc.
+    {"v2 t256 ip", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 3, true>},
+    {"v2 t256 p1 ip", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 1, true>},
+    {"v1 t128 p1 ip", &embed_shape<1, 128, LP::kDefault, SP::kDefault, 1, true>},
 };
 constexpr int kNumStore = sizeof(kStoreVariants) / sizeof(kStoreVariants[0]);
 constexpr int kNumEmbed = sizeof(kEmbedVariants) / sizeof(kEmbedVariants[0]);

@@ -54,9 +54,10 @@ __device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
 // Thread i (of `total`) writes chunks c + u * cols (u < kVpt, those < chunks) of output row
 // row0 + g, (g, c) = divmod(i, cols); cols = ceil(chunks / kVpt) threads cover a row.
 // kPdl (tune only): bit 0 the PDL wait, bit 1 the early trigger, bit 2 a trigger after the
-// stores (a kernel without the wait may not be launched with PDL).
+// stores (a kernel without the wait may not be launched with PDL). kIdxPlain (tune only): the
+// index through ld.global instead of ld.global.nc.
 template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad,
-          StorePolicy kStore = StorePolicy::kDefault, int kPdl = 3>
+          StorePolicy kStore = StorePolicy::kDefault, int kPdl = 3, bool kIdxPlain = false>
 __global__ void __launch_bounds__(kThreads)
     embedding_lookup_kernel(const EmbeddingLookupParams p, const FastDivmod cols, const uint32_t chunks,
                             const uint32_t total, const int64_t row0) {
@@ -72,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr ((kPdl & 2) != 0) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   if (i < total) {
     const TIdx* __restrict__ indices = static_cast<const TIdx*>(p.indices);  // see idx_layout
-    const int64_t index = static_cast<int64_t>(__ldg(indices + strided_offset(p.idx_layout, row)));
+    const TIdx* idx_at = indices + strided_offset(p.idx_layout, row);
+    const int64_t index = static_cast<int64_t>(kIdxPlain ? *idx_at : __ldg(idx_at));
     // index - vocab_start cannot overflow once index >= vocab_start >= 0.
     const bool valid = index >= p.vocab_start && index - p.vocab_start < p.num_valid;
     const int64_t src_offset = valid ? (index - p.vocab_start) * p.weight_stride : 0;
@@ -97,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
 // One launch shape: kVpt chunks per thread, kThreads per block, kLoad for the weight, kStore for
 // the output. Several launches when the call needs more than kMaxLaunchThreads threads.
 template <int kBytes, typename TIdx, int kVpt, int kThreads, LoadPolicy kLoad,
-          StorePolicy kStore = StorePolicy::kDefault, int kPdl = 3>
+          StorePolicy kStore = StorePolicy::kDefault, int kPdl = 3, bool kIdxPlain = false>
 cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   const int64_t chunks = p.row_bytes / kBytes;
   const int64_t cols = ceil_div<int64_t>(chunks, kVpt);
@@ -106,7 +108,7 @@ cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   const int64_t rows_per_launch = kMaxLaunchThreads / cols;
   for (int64_t row0 = 0; row0 < p.num_indices; row0 += rows_per_launch) {
     const int64_t total = std::min(rows_per_launch, p.num_indices - row0) * cols;
-    SGL_CUDA_TRY(launch_kernel(embedding_lookup_kernel<kBytes, TIdx, kVpt, kThreads, kLoad, kStore, kPdl>,
+    SGL_CUDA_TRY(launch_kernel(embedding_lookup_kernel<kBytes, TIdx, kVpt, kThreads, kLoad, kStore, kPdl, kIdxPlain>,
                                dim3(static_cast<uint32_t>(ceil_div<int64_t>(total, kThreads))), dim3(kThreads), 0,
                                stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(cols)),
                                static_cast<uint32_t>(chunks), static_cast<uint32_t>(total), row0));
