@@ -123,6 +123,12 @@ cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
 // blocks, read-only loads, is best for the smallest gathers (fp16 T=1 D=8192 0.96 against
 // 1.34 and 1.01; bf16 T=16 1.04 against 1.42 and 1.05) but 1.58 at T=128: it serves up to
 // 256 KB of output.
+// NOTE (H200, session 22, same tune, bf16 T=32768 D=4096, us): prod 134.1; output stored
+// evict_first 136.1; weight loaded evict_first or read-only 143.5; torch.compile's launch shape
+// (one chunk a thread, 128 threads) 159.7 with the early PDL trigger and 138.9 without it: a
+// trigger in every block of a grid of short blocks costs, prod's shape does not notice it
+// (134.1-134.9 with it at the end or without). Triton's kernel of that shape reads 131.6 in
+// bench_embedding_lookup.py; the cause of that 1.7 % was not found.
 constexpr int64_t kSmallMaxBytes = int64_t{256} << 10;
 
 }  // namespace embedding
