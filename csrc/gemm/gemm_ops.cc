@@ -487,7 +487,8 @@ at::Tensor blockwise_scales_a(const at::Tensor& sa, int64_t m, int64_t kb, int64
   const int64_t m_pad = (m + 3) / 4 * 4;
   const bool m_major = sa.size(0) == 1 || sa.stride(0) == 1;
   const int64_t stride = kb == 1 ? m_pad : sa.stride(1);
-  const bool rows_ok = stride % 4 == 0 && stride >= m_pad;
+  // The kernel's layout holds the stride as int32: a larger one takes the copy below.
+  const bool rows_ok = stride % 4 == 0 && stride >= m_pad && stride <= INT32_MAX;
   // the padded tail of the last k-block must lie inside the tensor's storage
   const bool room = m == m_pad || static_cast<int64_t>(sa.storage_offset() + (kb - 1) * stride + m_pad) * 4 <=
                                       static_cast<int64_t>(sa.storage().nbytes());
@@ -503,7 +504,8 @@ at::Tensor blockwise_scales_a(const at::Tensor& sa, int64_t m, int64_t kb, int64
 
 // scales_b [K/128, N/128] as the kernel reads it: K-major.
 at::Tensor blockwise_scales_b(const at::Tensor& sb, int64_t kb, int64_t* stride_n) {
-  if (sb.size(0) == 1 || sb.stride(0) == 1) {
+  // (A stride past int32, which the kernel's layout holds, takes the copy below.)
+  if ((sb.size(0) == 1 || sb.stride(0) == 1) && (sb.size(1) == 1 || sb.stride(1) <= INT32_MAX)) {
     *stride_n = sb.size(1) == 1 ? kb : sb.stride(1);
     return sb;
   }

@@ -124,6 +124,30 @@ def test_scale_layouts(m, gen):
     assert torch.equal(sgl_kernel.fp8_blockwise_scaled_mm(a, b, odd, sb, torch.bfloat16), ref)
 
 
+@pytest.mark.parametrize("which", ("scales_a", "scales_b"))
+def test_scale_stride_past_int32(which, gen):
+    """A scales view whose stride does not fit int32 (the kernel's scale layouts hold int32
+    strides): the op copies it instead of truncating the stride. The view needs 8 GiB of
+    storage behind it (2^31 floats between its two k-blocks or n-blocks)."""
+    if torch.cuda.mem_get_info()[0] < 10 * 2**30:
+        pytest.skip("needs 10 GiB of free GPU memory for an 8 GiB scales view")
+    m, n, k = 4, 256, 256  # two k-blocks, two n-blocks
+    a, b, sa, sb = _inputs(m, n, k, gen)
+    ref = sgl_kernel.fp8_blockwise_scaled_mm(a, b, sa, sb, torch.bfloat16)
+    far = 2**31
+    store = torch.empty(far + max(m, k // 128), device="cuda")
+    if which == "scales_a":  # [M, K/128], M-major, k-blocks 2^31 floats apart
+        view = store.as_strided((m, k // 128), (1, far))
+        view.copy_(sa)
+        out = sgl_kernel.fp8_blockwise_scaled_mm(a, b, view, sb, torch.bfloat16)
+    else:  # [K/128, N/128], K-major, n-blocks 2^31 floats apart
+        view = store.as_strided((k // 128, n // 128), (1, far))
+        view.copy_(sb)
+        out = sgl_kernel.fp8_blockwise_scaled_mm(a, b, sa, view, torch.bfloat16)
+    del store, view
+    assert torch.equal(out, ref)
+
+
 @pytest.mark.parametrize("m", (4, 300))
 def test_cuda_graph(m, gen):
     a, b, sa, sb = _inputs(m, 1024, 2048, gen)
