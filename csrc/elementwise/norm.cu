@@ -184,23 +184,26 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
 
 // Any hidden size and alignment: a block per row (scalar_row_threads), two passes over the
 // row, each thread loading kScalarBatch elements before it uses any (sgl_kernel/scalar_rows.cuh).
-template <typename T, bool kFused, bool kGemma>
+// kWarpRows: a warp a row (scalar_warp_rows: many rows of at most 128 elements).
+template <typename T, bool kFused, bool kGemma, bool kWarpRows = false>
 __global__ void __launch_bounds__(1024) rmsnorm_scalar_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
+  const ScalarRow<kWarpRows> at;
+  const int64_t step = at.step;
   uint32_t outer, inner;
-  rows_inner.divmod(static_cast<uint32_t>(row), outer, inner);
+  rows_inner.divmod(static_cast<uint32_t>(at.row), outer, inner);  // (past the last row: not used)
   const T* in = p.input + row_offset(p.input_rows, outer, inner);
   T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
   T* out = p.out + row_offset(p.out_rows, outer, inner);
 
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
-  const float sum_sq = block_reduce_sum(scalar_row_sum_sq<T, kFused>(in, res, p.hidden), scratch);
+  if (kWarpRows && at.row >= p.rows) return;  // the last block's spare warps (whole warps)
+  const float part = scalar_row_sum_sq<T, kFused>(in, res, p.hidden, at.tid, step);
+  const float sum_sq = kWarpRows ? warp_reduce_sum(part) : block_reduce_sum(part, scratch);
   const float rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
   // Each thread re-reads only the elements it wrote itself (fused), so no barrier is needed.
-  const int64_t step = blockDim.x;
-  for (int64_t j0 = threadIdx.x; j0 < p.hidden; j0 += step * kScalarBatch) {
+  for (int64_t j0 = at.tid; j0 < p.hidden; j0 += step * kScalarBatch) {
     float f[kScalarBatch], w[kScalarBatch];
     load_scalar_batch<T>(kFused ? res : in, j0, step, p.hidden, f);
     load_scalar_batch(p.weight, j0, step, p.hidden, w);
@@ -701,6 +704,12 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
     }
     const cudaError_t e = launch_vec_for<T, kFused, kGemma>(p, rows_inner, p.hidden / kVec, stream);
     if (e != cudaErrorNotSupported) return e;
+  }
+  if (scalar_warp_rows(p.rows, p.hidden)) {
+    constexpr int kRowsPerBlock = kScalarWarpRowsBlock / 32;
+    return launch_kernel(rmsnorm_scalar_kernel<T, kFused, kGemma, true>,
+                         dim3(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, kRowsPerBlock))),
+                         dim3(kScalarWarpRowsBlock), 0, stream, p.enable_pdl, p, rows_inner);
   }
   return launch_kernel(rmsnorm_scalar_kernel<T, kFused, kGemma>, dim3(static_cast<uint32_t>(p.rows)),
                        dim3(static_cast<uint32_t>(scalar_row_threads(p.rows, p.hidden))), 0, stream, p.enable_pdl, p,

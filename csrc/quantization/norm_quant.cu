@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantP
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
-  const float sum_sq = block_reduce_sum(scalar_row_sum_sq<T, kFused>(in, res, p.hidden), scratch);
+  const float sum_sq = block_reduce_sum(scalar_row_sum_sq<T, kFused>(in, res, p.hidden, threadIdx.x, blockDim.x), scratch);
   // The barriers inside block_reduce_sum also make this block's residual stores visible to pass 2.
   const float rstd = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.rms_eps);
   const T* src = kFused ? res : in;

@@ -117,33 +117,36 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
-// Per-token ops, any hidden size and alignment: a block per row (scalar_row_threads), max pass
-// then code pass, each thread loading kScalarBatch elements before it uses any
-// (sgl_kernel/scalar_rows.cuh).
-template <typename T, QuantCode kCode>
+// Per-token ops, any hidden size and alignment: a block per row (scalar_row_threads), or a warp
+// per row (kWarpRows: scalar_warp_rows, many rows of at most 128 elements), max pass then code
+// pass, each thread loading kScalarBatch elements before it uses any (sgl_kernel/scalar_rows.cuh).
+template <typename T, QuantCode kCode, bool kWarpRows = false>
 __global__ void __launch_bounds__(1024) per_token_scalar_kernel(const RowQuantParams<T> p) {
   __shared__ uint32_t scratch[32];
-  const int64_t row = blockIdx.x;
+  const ScalarRow<kWarpRows> at;
+  const int64_t row = at.row, step = at.step;
   const T* in = p.input + row * p.input_stride;
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
-  const int64_t step = blockDim.x;
   SGL_PDL_WAIT();
+  if (kWarpRows && row >= p.rows) return;  // the last block's spare warps (whole warps)
   uint32_t amax = 0;
-  for (int64_t j0 = threadIdx.x; j0 < p.hidden; j0 += step * kScalarBatch) {
+  for (int64_t j0 = at.tid; j0 < p.hidden; j0 += step * kScalarBatch) {
     float f[kScalarBatch];
     load_scalar_batch(in, j0, step, p.hidden, f);  // 0 past the row: no effect on the maximum
 #pragma unroll
     for (int u = 0; u < kScalarBatch; ++u) amax = max(amax, abs_bits(f[u]));
   }
-  // block maximum of the bits
+  // the row's maximum of the bits: the warp's (kWarpRows), else the block's
   amax = group_max_bits<32>(amax);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  amax = group_max_bits<32>((threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : 0u);
+  if constexpr (!kWarpRows) {
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    amax = group_max_bits<32>((threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : 0u);
+  }
   const float s = scale_from_amax(amax, p.eps, p.qmax);
-  if (threadIdx.x == 0) store_scale(p.scales, 0, row, 0, s);
+  if (at.tid == 0) store_scale(p.scales, 0, row, 0, s);
   const float inv = inverse_scale(s);
-  for (int64_t j0 = threadIdx.x; j0 < p.hidden; j0 += step * kScalarBatch) {
+  for (int64_t j0 = at.tid; j0 < p.hidden; j0 += step * kScalarBatch) {
     float f[kScalarBatch];
     load_scalar_batch(in, j0, step, p.hidden, f);
 #pragma unroll
@@ -257,6 +260,12 @@ cudaError_t launch_code(const RowQuantParams<T>& p, cudaStream_t stream) {
   if (vec_ok) {
     const cudaError_t err = launch_variant<T, kCode>(p, stream);
     if (err != cudaErrorNotSupported) return err;
+  }
+  if (scalar_warp_rows(p.rows, p.hidden)) {
+    constexpr int kRowsPerBlock = kScalarWarpRowsBlock / 32;
+    return launch_kernel(per_token_scalar_kernel<T, kCode, true>,
+                         dim3(static_cast<uint32_t>(ceil_div<int64_t>(p.rows, kRowsPerBlock))),
+                         dim3(kScalarWarpRowsBlock), 0, stream, p.enable_pdl, p);
   }
   return launch_kernel(per_token_scalar_kernel<T, kCode>, dim3(static_cast<uint32_t>(p.rows)),
                        dim3(static_cast<uint32_t>(scalar_row_threads(p.rows, p.hidden))), 0, stream, p.enable_pdl, p);

@@ -29,6 +29,33 @@ inline int scalar_row_threads(int64_t rows, int64_t hidden) {
   return static_cast<int>(want < 32 ? 32 : (want > cap ? cap : want));
 }
 
+// Many short rows (one batch of a warp each: hidden <= 128) take a warp a row, kScalarWarpRowsBlock
+// / 32 rows a block, instead of a one-warp block a row: the block scheduler, not the memory, set
+// the pace of a block a row (a million rows of 128: about 1.2 ns a block).
+constexpr int64_t kScalarWarpRowsMin = 1024;
+constexpr int kScalarWarpRowsBlock = 256;
+inline bool scalar_warp_rows(int64_t rows, int64_t hidden) {
+  return rows > kScalarWarpRowsMin && hidden <= 32 * kScalarBatch;
+}
+
+// The row and this thread's place in it: kWarpRows, warp w of block b holds row b * warps + w
+// (lane = the thread's index in the row, 32 = its stride); else block b holds row b.
+template <bool kWarpRows>
+struct ScalarRow {
+  int64_t row, tid, step;
+  __device__ __forceinline__ ScalarRow() {
+    if constexpr (kWarpRows) {
+      row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+      tid = threadIdx.x & 31;
+      step = 32;
+    } else {
+      row = blockIdx.x;
+      tid = threadIdx.x;
+      step = blockDim.x;
+    }
+  }
+};
+
 // f[u] = src[j0 + u * step] as float, 0 past n.
 template <typename T>
 __device__ __forceinline__ void load_scalar_batch(const T* src, int64_t j0, int64_t step, int64_t n,
@@ -40,14 +67,13 @@ __device__ __forceinline__ void load_scalar_batch(const T* src, int64_t j0, int6
   }
 }
 
-// The first pass of an RMSNorm over a row of `hidden` elements by the block's threads (element
-// j to thread j % blockDim.x): this thread's sum of squares, in element order. kFused: the
-// row is in + res, rounded to T and stored to res first (the residual stream's value).
+// The first pass of an RMSNorm over a row of `hidden` elements by `step` threads (element j to
+// thread j % step; this one is tid): this thread's sum of squares, in element order. kFused:
+// the row is in + res, rounded to T and stored to res first (the residual stream's value).
 template <typename T, bool kFused>
-__device__ __forceinline__ float scalar_row_sum_sq(const T* in, T* res, int64_t hidden) {
-  const int64_t step = blockDim.x;
+__device__ __forceinline__ float scalar_row_sum_sq(const T* in, T* res, int64_t hidden, int64_t tid, int64_t step) {
   float sum_sq = 0.f;
-  for (int64_t j0 = threadIdx.x; j0 < hidden; j0 += step * kScalarBatch) {
+  for (int64_t j0 = tid; j0 < hidden; j0 += step * kScalarBatch) {
     float f[kScalarBatch], r[kScalarBatch];
     load_scalar_batch(in, j0, step, hidden, f);
     if constexpr (kFused) load_scalar_batch<T>(res, j0, step, hidden, r);

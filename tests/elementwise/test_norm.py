@@ -432,12 +432,15 @@ def test_row_stride_gt_hidden(op, dtype, gen):
 @GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(1, 16384), (2, 40000), (300, 128), (257, 4100), (5, 4097)], ids=_ids)
+@pytest.mark.parametrize("shape", [(1, 16384), (2, 40000), (300, 128), (257, 4100), (5, 4097), (2053, 128),
+                                   (1500, 100), (1025, 7)], ids=_ids)
 def test_scalar_path_shapes(op, dtype, shape, gen):
     """The scalar (any alignment) kernel at its block sizes: rows one element past a 16-byte
     boundary (row stride H + 8), so the vector kernels do not apply. One long row (1024
     threads, several batches of loads), rows past the vector kernels' limit (H = 40000),
-    many short rows (more than 256: 32 threads), and odd lengths that end inside a batch."""
+    many short rows (more than 256: 32 threads; more than 1024 of at most 128: a warp a row,
+    8 rows a block, 2053 rows leaving 3 spare warps in the last block), and odd lengths that
+    end inside a batch."""
     t, h = shape
     base = _poisoned((t, h + 8), dtype)
     x = base[:, 1 : h + 1]

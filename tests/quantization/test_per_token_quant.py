@@ -41,10 +41,11 @@ HIDDENS = (128, 1536, 4096, 7168, 16384)
 R_SHAPES = [(t, h) for t in (1, 7, 4096) for h in (128, 1536, 7168)]
 # fp8 op: K % 4 == 0. 100 and 4100 are not multiples of 8 / 16 (the scalar path for 16-bit
 # inputs); 40000 is a multiple of 16 but longer than one register-resident row; 300 rows:
-# past 256, the scalar kernel's 256-thread cap.
-FP8_ODD_SHAPES = [(1, 4), (5, 12), (7, 100), (33, 4100), (3, 40000), (300, 100)]
+# past 256, the scalar kernel's 256-thread cap; more than 1024 rows of at most 128: a warp a
+# row, 8 rows a block (2053 rows: the last block has 3 spare warps).
+FP8_ODD_SHAPES = [(1, 4), (5, 12), (7, 100), (33, 4100), (3, 40000), (300, 100), (2053, 100), (1500, 4)]
 # int8 op: K % 8 == 0 (API.md), so the odd sizes are multiples of 8 but not of 16.
-INT8_ODD_SHAPES = [(1, 8), (5, 24), (7, 104), (33, 4104), (3, 40000), (300, 104)]
+INT8_ODD_SHAPES = [(1, 8), (5, 24), (7, 104), (33, 4104), (3, 40000), (300, 104), (2053, 104), (1500, 8)]
 # row_quant.cu's cluster kernel (sm90+: 8 blocks a row, up to 12 rows of 2048 16-byte vectors
 # or 16 rows of 2049-4096; bf16 H=16384-32768, fp32 8192-16384): one and two vectors a
 # thread, the row counts on either side of both limits, and rows just past the lengths (4097
