@@ -31,8 +31,13 @@ inline int scalar_row_threads(int64_t rows, int64_t hidden) {
 
 // Many short rows (one batch of a warp each: hidden <= 128) take a warp a row, kScalarWarpRowsBlock
 // / 32 rows a block, instead of a one-warp block a row: the block scheduler, not the memory, set
-// the pace of a block a row (a million rows of 128: about 1.2 ns a block).
-constexpr int64_t kScalarWarpRowsMin = 1024;
+// the pace of a block a row (a million rows of 128: about 1.2 ns a block). NOTE (H100, session
+// 22, bf16 rows one element past a 16-byte boundary, a CUDA graph of back-to-back calls, us, a
+// block a row -> a warp a row): rmsnorm 2^20 x 128 1263 -> 241, fused_add_rmsnorm 1268 -> 412,
+// per-token fp8 2^20 x 100 1266 -> 311; rmsnorm 1024 / 512 rows of 128 2.07 / 1.61 -> 1.52 /
+// 1.46, per-token 1024 rows of 100 3.09 -> 1.54; 257 rows 1.53 against 1.62 for 256 on the
+// block-a-row kernel.
+constexpr int64_t kScalarWarpRowsMin = 256;
 constexpr int kScalarWarpRowsBlock = 256;
 inline bool scalar_warp_rows(int64_t rows, int64_t hidden) {
   return rows > kScalarWarpRowsMin && hidden <= 32 * kScalarBatch;
