@@ -263,6 +263,10 @@ constexpr int64_t kDecodeMaxVectors = int64_t{1} << 20;
 
 }  // namespace
 
+int64_t concat_copy_unit_elems(const ConcatRowsParams& p) {
+  return valid_elem_bytes(p.elem_bytes) && vec_ok(p) ? 16 / p.elem_bytes : 1;
+}
+
 cudaError_t launch_concat_rows(const ConcatRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.a_cols + p.b_cols == 0) return cudaSuccess;
   if (p.rows >= (int64_t{1} << 32) || p.rows_inner < 1) return cudaErrorInvalidValue;

@@ -68,6 +68,9 @@ struct ConcatRowsParams {
 };
 
 cudaError_t launch_concat_rows(const ConcatRowsParams& params, cudaStream_t stream);
+// Elements per copy unit of launch_concat_rows: 16 / elem_bytes when every pointer, row stride
+// and column count allows 16-byte units, else 1 (host code; the bindings' size checks).
+int64_t concat_copy_unit_elems(const ConcatRowsParams& params);
 
 // out[loc[t] * mult + offset] = e4m3(clamp(x[t] / scale, -448, 448)) for k and v.
 template <typename T>

@@ -202,17 +202,6 @@ void gemma_fused_add_rmsnorm(at::Tensor& input, at::Tensor& residual, const at::
   rmsnorm_impl("gemma_fused_add_rmsnorm", input, input, &residual, weight, eps, enable_pdl, true);
 }
 
-// Elements per copy unit of launch_concat_rows (concat.cu): a 16-byte vector when every
-// pointer, row stride and column count allows it (its vec_ok), else one element.
-int64_t concat_unit_elems(const ConcatRowsParams& p) {
-  const int64_t f = 16 / p.elem_bytes;
-  auto divisible = [f](const RowStrides& s) { return s.outer % f == 0 && s.inner % f == 0; };
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool vec = aligned(p.out) && aligned(p.a) && aligned(p.b) && p.a_cols % f == 0 && p.b_cols % f == 0 &&
-                   divisible(p.out_rows) && divisible(p.a_rows) && divisible(p.b_rows);
-  return vec ? f : 1;
-}
-
 // The sizes launch_concat_rows takes (out non-empty): fewer than 2^32 rows and, for its flat
 // kernel, rows of at most 2^32 - 1 copy units (a 32-bit divisor) and at most 2^31 - 1 blocks of
 // 256 units over the whole output. The tile kernel's rows (24 or 72 vectors, fewer than 2^32
@@ -220,7 +209,8 @@ int64_t concat_unit_elems(const ConcatRowsParams& p) {
 void check_concat_size(const char* op, const char* out_name, const ConcatRowsParams& p) {
   SGL_CHECK(p.rows < (int64_t{1} << 32), op, out_name, " must have fewer than 2^32 rows (", out_name, ".shape[0] * ",
             out_name, ".shape[1]), got ", p.rows);
-  const int64_t f = concat_unit_elems(p);
+  int64_t f = 1;  // (without the family built, require_kernel refuses the call right after)
+  if constexpr (kBuilt) f = concat_copy_unit_elems(p);
   const int64_t cols = (p.a_cols + p.b_cols) / f;
   const char* unit = f == 1 ? "elements (the tensors are not all 16-byte aligned)" : "16-byte vectors";
   SGL_CHECK(cols <= int64_t{0xffffffff}, op, out_name, ".shape[2] must be at most 4294967295 copy units, got ", cols,

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <initializer_list>
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -113,14 +112,6 @@ void check_same_layout(const char* op, const char* name, const at::Tensor& t, co
             t.strides());
 }
 
-// The chunk a row copy moves (chunk_bytes of row_copy.cuh): the widest of 16, 8, 4, 2 and 1
-// bytes that divides every value (data pointers, row strides in bytes, the row size).
-int64_t copy_chunk_bytes(std::initializer_list<uint64_t> values) {
-  uint64_t bits = 16;
-  for (uint64_t v : values) bits |= v;
-  return static_cast<int64_t>(bits & (~bits + 1));
-}
-
 // The row copies (store_kv_cache.cu, embedding_lookup.cu) refuse rows of more than 2^31 chunks.
 void check_row_chunks(const char* op, const char* name, int64_t row_bytes, int64_t chunk) {
   SGL_CHECK(row_bytes / chunk <= (int64_t{1} << 31), op, name, " rows must be at most 2^31 copy chunks of ", chunk,
@@ -167,7 +158,7 @@ void store_kv_cache(at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& 
             " bytes (shape[1:] = ", k_cache.sizes().slice(1), " of ", dtype_name(k_cache.scalar_type()), ")");
   if (out_loc.numel() > 0 && row_bytes > 0) {
     check_row_chunks(op, "k_cache", row_bytes,
-                     copy_chunk_bytes({address_of(k_cache), address_of(v_cache), address_of(k), address_of(v),
+                     chunk_bytes({address_of(k_cache), address_of(v_cache), address_of(k), address_of(v),
                                        static_cast<uint64_t>(k_cache.stride(0) * elt),
                                        static_cast<uint64_t>(k.stride(0) * elt), static_cast<uint64_t>(row_bytes)}));
   }
@@ -214,7 +205,7 @@ void embedding_lookup(at::Tensor& out, const at::Tensor& weight, const at::Tenso
     const int64_t elt = static_cast<int64_t>(weight.element_size());
     const int64_t row_bytes = weight.size(1) * elt;
     check_row_chunks(op, "weight", row_bytes,
-                     copy_chunk_bytes({address_of(out), address_of(weight), static_cast<uint64_t>(weight.stride(0) * elt),
+                     chunk_bytes({address_of(out), address_of(weight), static_cast<uint64_t>(weight.stride(0) * elt),
                                        static_cast<uint64_t>(row_bytes)}));
   }
   check_contiguous(op, "out", out);

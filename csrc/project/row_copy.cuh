@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include "project/project.h"  // chunk_bytes
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/vec.cuh"
 
@@ -38,14 +39,6 @@ __device__ __forceinline__ void store_chunk(Chunk<kBytes>* p, const Chunk<kBytes
   } else {
     asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
   }
-}
-
-// The widest chunk (16, 8, 4, 2 or 1 bytes) dividing every value: pointer addresses, row
-// pitches and the row size in bytes.
-inline int chunk_bytes(std::initializer_list<uint64_t> values) {
-  uint64_t bits = 16;
-  for (uint64_t v : values) bits |= v;
-  return static_cast<int>(bits & (~bits + 1));  // lowest set bit
 }
 
 inline uint64_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }

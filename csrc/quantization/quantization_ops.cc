@@ -194,6 +194,13 @@ void sgl_per_token_group_quant_8bit_v2(const at::Tensor& input, at::Tensor& outp
                    fp8_max, scale_ue8m0, fuse_silu_and_mul, masked_m);
 }
 
+// launch_row_quant and launch_norm_quant refuse 2^31 rows or more (2-D input); an empty input
+// never reaches them.
+void check_row_limit(const char* op, const at::Tensor& input) {
+  SGL_CHECK(input.numel() == 0 || input.size(0) <= INT32_MAX, op, "input.shape[0] (rows) must be at most ",
+            INT32_MAX, ", got ", input.size(0));
+}
+
 // Per-token ops (one scale per row, no eps floor).
 void per_token_impl(const char* op, QuantCode code, const at::Tensor& input, at::Tensor& output_q,
                     at::Tensor& output_s) {
@@ -202,9 +209,7 @@ void per_token_impl(const char* op, QuantCode code, const at::Tensor& input, at:
   check_dim(op, "input", input, 2);
   check_last_dim_contiguous(op, "input", input);
   SGL_CHECK(input.size(1) % 4 == 0, op, "input.shape[-1] must be a multiple of 4, got ", input.size(1));
-  // launch_row_quant refuses 2^31 rows or more; an empty input never reaches it.
-  SGL_CHECK(input.numel() == 0 || input.size(0) <= INT32_MAX, op, "input.shape[0] (rows) must be at most ",
-            INT32_MAX, ", got ", input.size(0));
+  check_row_limit(op, input);
   check_same_device(op, "output_q", output_q, "input", input);
   if (code == QuantCode::kFp8) {
     check_dtype(op, "output_q", output_q, {at::kFloat8_e4m3fn});
@@ -299,9 +304,7 @@ void norm_quant_impl(const char* op, const at::Tensor& input, at::Tensor* residu
   check_last_dim_contiguous(op, "input", input);
   const int64_t hidden = input.size(1);
   const int64_t elem = input.element_size();
-  // launch_norm_quant refuses 2^31 rows or more; an empty input never reaches it.
-  SGL_CHECK(input.numel() == 0 || input.size(0) <= INT32_MAX, op, "input.shape[0] (rows) must be at most ",
-            INT32_MAX, ", got ", input.size(0));
+  check_row_limit(op, input);
   if (residual != nullptr) {
     check_same_device(op, "residual", *residual, "input", input);
     check_same_dtype(op, "residual", *residual, "input", input);
