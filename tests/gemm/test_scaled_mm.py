@@ -326,3 +326,13 @@ def test_decode_kernel(kind, rows, m, gen, monkeypatch):
             assert torch.equal(first, _op(kind)(a, b, sa, sb, out_dtype, bias)), "not deterministic"
         except AssertionError as e:
             raise AssertionError(f"m={m} n={n} k={k} splits={splits}: {e}") from None
+
+
+@pytest.mark.parametrize("m", (1, 16, 32))
+@pytest.mark.parametrize("n,k", ((8, 2**17), (64, 2**17 + 16), (4104, 2**17)))
+def test_int8_decode_shapes_past_the_decode_kernels_k(m, n, k, gen, backend):
+    """int8 decode shapes with K >= 2^17, which the mma.sync and TMA decode kernels refuse: the
+    heuristic sends them to a CUTLASS kernel (it used to pick small_m for M <= 16, N <= 8192,
+    and the call failed with "no kernel configuration implements")."""
+    out_dtype = OUT_DTYPES[(m + n) % 2]
+    _check("int8", *_inputs("int8", m, n, k, gen), out_dtype)

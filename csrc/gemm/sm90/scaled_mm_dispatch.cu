@@ -63,6 +63,9 @@ struct Choice {
 // (N, K) in {6144, 4096, 28672} x {4096, 14336}; each rule names the sweep rows it follows.
 Choice heuristic(const ScaledMmParams& p, bool fp8) {
   const bool wide_n = p.n >= 16384, deep_k = p.k >= 8192;
+  // The mma.sync and TMA decode kernels take int8 only below K = 2^17 (decode_shape_ok: their
+  // partial sums); past it int8 decode shapes go to the CUTLASS kernels below.
+  const bool decode_k_ok = fp8 || p.k < (int64_t{1} << 17);
   // Decode with narrow N: the weight-streaming mma.sync kernel (scaled_mm_small_m.cu), whose
   // 16-row groups fill the SMs where the 128-row tiles of the swap kernels cannot (N = K = 4096:
   // 6.9 / 7.7 / 9.3 us at M = 1 / 16 / 32 against 12.3 / 11.4 / 10.4 for fp8_swap_128x16). Its
@@ -72,7 +75,7 @@ Choice heuristic(const ScaledMmParams& p, bool fp8) {
   // projection (N = 4096, K = 14336) at M = 32-48 (fp8 20.6 / 21.4 us against 22.2 / 22.8) and,
   // int8, M = 48-64 (21.6 / 22.3 against 26.2 / 25.9). At N = K = 4096 it trails small_m by
   // ~1 us of fixed cost (M = 1: 8.3 against 7.1-7.3 us).
-  if (deep_k && p.n <= 4096 && p.m > 16 && p.m <= (fp8 ? 48 : 64) && (fp8 || p.k < (int64_t{1} << 17))) {
+  if (deep_k && p.n <= 4096 && p.m > 16 && p.m <= (fp8 ? 48 : 64) && decode_k_ok) {
     return {index_of(fp8 ? "fp8_decode_64" : "int8_decode_64"), 1, 0};
   }
   // With PDL (session 6 sweeps, every decode kernel launched with it) the swap kernels took
@@ -85,12 +88,12 @@ Choice heuristic(const ScaledMmParams& p, bool fp8) {
   // against decode_64 10.80 / 11.44 and small_m 10.89 / 11.87 / 14.18, at M = 48 / 64
   // swap_128x64 10.34 / 10.23 against 10.85 / 10.59 for swap_128x32.
   const char* small_m = fp8 ? "fp8_small_m" : "int8_small_m";
-  if (p.m <= 16 && p.n <= 4096) return {index_of(small_m), 1, 0};
+  if (p.m <= 16 && p.n <= 4096 && decode_k_ok) return {index_of(small_m), 1, 0};
   if (p.n <= 8192 && !deep_k && p.m <= 64) {
     if (fp8) return {index_of(p.m <= 16 ? "fp8_swap_128x16" : "fp8_swap_128x32"), 1, 0};
     return {index_of(p.n <= 4096 || p.m <= 32 ? "int8_swap_128x32" : "int8_swap_128x64"), 1, 0};
   }
-  if (p.m <= 16 && p.n <= 8192) return {index_of(small_m), 1, 0};  // deep K: not swept with PDL
+  if (p.m <= 16 && p.n <= 8192 && decode_k_ok) return {index_of(small_m), 1, 0};  // deep K: not swept with PDL
   if (!fp8) {
     if (p.m <= 32) return {index_of("int8_swap_128x32"), 1, 0};
     if (p.m <= 256) return {index_of("int8_pingpong_64x128"), 1, 2};
