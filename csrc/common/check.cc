@@ -2,6 +2,7 @@
 // Definitions of the bindings' check vocabulary (include/sgl_kernel/check.h).
 #include "sgl_kernel/check.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/any.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/ge.h>
@@ -93,6 +94,12 @@ void check_contiguous(const char* op, const char* name, const at::Tensor& t) {
 void check_last_dim_contiguous(const char* op, const char* name, const at::Tensor& t) {
   SGL_CHECK(t.dim() == 0 || t.stride(-1) == 1 || t.size(-1) <= 1, op, name,
             " must have a contiguous last dimension (stride(-1) == 1), got strides ", t.strides());
+}
+
+void check_no_internal_overlap(const char* op, const char* name, const at::Tensor& t) {
+  SGL_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, op, name,
+            " is written by the op but has elements that share memory (a dimension of size > 1 with stride 0), "
+            "got shape ", t.sizes(), ", strides ", t.strides(), "; pass a tensor with its own memory (clone())");
 }
 
 void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,

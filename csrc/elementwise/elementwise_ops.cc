@@ -145,6 +145,8 @@ void rmsnorm_impl(const char* op, at::Tensor& out, const at::Tensor& input, at::
     check_last_dim_contiguous(op, out_name, out);
   }
   SGL_CHECK(std::isfinite(eps) && eps >= 0, op, "eps must be a finite number >= 0, got ", eps);
+  check_no_internal_overlap(op, out_name, out);  // (the fused ops: out is input)
+  if (residual != nullptr) check_no_internal_overlap(op, "residual", *residual);
   if (input.numel() == 0) return;
   require_kernel(op, "elementwise", kArchs, input);
 
@@ -238,6 +240,7 @@ void concat_rows(const char* op, const char* out_name, const at::Tensor& out, co
   p.b_cols = b.size(-1);
   p.elem_bytes = static_cast<int>(out.element_size());
   check_concat_size(op, out_name, p);
+  check_no_internal_overlap(op, out_name, out);
   require_kernel(op, "elementwise", kArchs, out);
   const c10::cuda::CUDAGuard guard(out.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(out.get_device()).stream();
@@ -413,11 +416,12 @@ void check_aligned_16(const char* op, const char* name, const at::Tensor& t) {
 
 // `out` is either `in` itself (same data pointer and strides: computed in place) or another
 // tensor; the same data pointer with other strides would read elements another thread writes.
+// Empty tensors touch no memory (and may share a data pointer whatever their strides).
 void check_in_place(const char* op, const char* name, const at::Tensor& out, const char* in_name,
                     const at::Tensor& in) {
-  SGL_CHECK(out.data_ptr() != in.data_ptr() || out.strides() == in.strides(), op, name, " must either be ",
-            in_name, " itself (same data pointer and strides) or another tensor, got the data pointer of ", in_name,
-            " with strides ", out.strides(), " instead of ", in.strides());
+  SGL_CHECK(out.numel() == 0 || out.data_ptr() != in.data_ptr() || out.strides() == in.strides(), op, name,
+            " must either be ", in_name, " itself (same data pointer and strides) or another tensor, got the data "
+            "pointer of ", in_name, " with strides ", out.strides(), " instead of ", in.strides());
 }
 
 // q_rope, k_rope = rope(q), rope(k) with cos/sin rows cos_sin_cache[pos_ids]; with v given,
@@ -505,6 +509,12 @@ void apply_rope_pos_ids_cos_sin_cache(const at::Tensor& q, const at::Tensor& k, 
   }
   check_in_place(op, "q_rope", q_rope, "q", q);
   check_in_place(op, "k_rope", k_rope, "k", k);
+  check_no_internal_overlap(op, "q_rope", q_rope);
+  check_no_internal_overlap(op, "k_rope", k_rope);
+  if (fused) {
+    check_no_internal_overlap(op, "k_buffer", *k_buffer);
+    check_no_internal_overlap(op, "v_buffer", *v_buffer);
+  }
   if (nnz == 0) return;
   require_kernel(op, "elementwise", kArchs, q);
 

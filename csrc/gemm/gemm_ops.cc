@@ -417,6 +417,7 @@ void check_dsv3_output(const char* op, const at::Tensor& out, const at::Tensor& 
   check_size(op, "output", out, 0, a.size(0), "M = mat_a.shape[0]");
   check_size(op, "output", out, 1, n, n_what);
   check_last_dim_contiguous(op, "output", out);
+  check_no_internal_overlap(op, "output", out);
 }
 
 // output = mat_a @ W^T with W [N, K] row-major at `w` (row stride ldw)

@@ -143,6 +143,8 @@ void store_kv_cache(at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& 
   check_same_dtype(op, "v_cache", v_cache, "k_cache", k_cache);
   check_same_layout(op, "v_cache", v_cache, "k_cache", k_cache);
   check_rows_contiguous(op, "k_cache", k_cache);
+  check_no_internal_overlap(op, "k_cache", k_cache);
+  check_no_internal_overlap(op, "v_cache", v_cache);
   check_min_dim(op, "k", k, 1);
   check_size(op, "k", k, 0, out_loc.size(0), "out_loc.shape[0]");
   check_same_dtype(op, "k", k, "k_cache", k_cache);

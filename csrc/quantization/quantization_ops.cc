@@ -53,6 +53,7 @@ ScaleOut scale_layout(const char* op, const at::Tensor& output_s, const at::Tens
   check_same_device(op, "output_s", output_s, "input", ref);
   check_dtype(op, "output_s", output_s, {at::kFloat, at::kInt});
   check_dim(op, "output_s", output_s, lead_dims + 2);
+  check_no_internal_overlap(op, "output_s", output_s);  // e.g. an expert stride of 0 in masked mode
   const bool packed = output_s.scalar_type() == at::kInt;
   const int64_t cols = packed ? (groups + 3) / 4 : groups;
   const int64_t d0 = lead_dims, d1 = lead_dims + 1;
@@ -328,6 +329,7 @@ void norm_quant_impl(const char* op, const at::Tensor& input, at::Tensor* residu
   check_same_shape(op, "output_q", output_q, "input", input);
   check_contiguous(op, "output_q", output_q);
   const ScaleOut so = scale_layout(op, output_s, input, 0, input.size(0), hidden / group_size, scale_ue8m0, false);
+  if (residual != nullptr) check_no_internal_overlap(op, "residual", *residual);  // updated in place
   if (input.numel() == 0) return;
   require_kernel(op, "quantization", kArchs, input);
 

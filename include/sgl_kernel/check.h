@@ -35,6 +35,11 @@ void check_dim(const char* op, const char* name, const at::Tensor& t, int64_t di
 void check_min_dim(const char* op, const char* name, const at::Tensor& t, int64_t min_dim);
 void check_contiguous(const char* op, const char* name, const at::Tensor& t);
 void check_last_dim_contiguous(const char* op, const char* name, const at::Tensor& t);
+// A tensor the op writes has no two elements at one address (torch's internal-overlap test:
+// a dimension of size > 1 with stride 0, as from expand()); such a tensor would be written by
+// several threads at once. Overlaps torch cannot decide cheaply are not refused (as torch's
+// in-place ops do).
+void check_no_internal_overlap(const char* op, const char* name, const at::Tensor& t);
 // t.size(dim) == expected; `what` explains the expectation, e.g. "input.shape[-1] / 2".
 void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,
                 const char* what);

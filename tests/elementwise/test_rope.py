@@ -17,7 +17,7 @@ import torch
 import sgl_kernel
 from sgl_kernel import FusedSetKVBufferArg, apply_rope_with_cos_sin_cache_inplace
 from tests.elementwise.ref_rope import expected_rope, rope_torch
-from tests.helpers import one_row_view, raises_op_error
+from tests.helpers import fake_extent, one_row_view, raises_op_error
 from tests.tolerances import elementwise_tol
 
 pytestmark = pytest.mark.gpu
@@ -438,6 +438,22 @@ def test_empty(fused):
         assert (arg.k_buffer == 0).all() and (arg.v_buffer == 0).all()
 
 
+def test_empty_out_of_place_views():
+    """The op out of place with no tokens: empty outputs share the empty inputs' data pointer
+    (nothing is allocated) with other strides, which is not the aliasing the in-place check
+    guards against (found by tests/fuzz: it used to raise "q_rope must either be q itself")."""
+    d = 128
+    q = torch.empty(0, 2, d, dtype=torch.bfloat16, device="cuda")
+    k = torch.empty(0, 1, d, dtype=torch.bfloat16, device="cuda")
+    q_rope = torch.empty(0, 2, 2 * d, dtype=torch.bfloat16, device="cuda")[..., :d]
+    k_rope = torch.empty(0, 1, 3 * d, dtype=torch.bfloat16, device="cuda")[..., :d]
+    assert q_rope.data_ptr() == q.data_ptr() and q_rope.stride() != q.stride()
+    pos = torch.empty(0, dtype=torch.int32, device="cuda")
+    cache = torch.randn(16, d, device="cuda")
+    _op()(q, k, q_rope, k_rope, cache, pos, True, False, None, None, None, None)
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("dtype, d, r", [(torch.bfloat16, 128, 128), (torch.float16, 64, 32)], ids=str)
 def test_opcheck(fused, dtype, d, r, gen):
@@ -611,12 +627,16 @@ def test_bad_input(case):
         _call(args)
 
 
-def _huge_args(nnz: int, hq: int, hk: int, d: int = 512, q_offset: int = 0) -> dict:
+def _huge_args(nnz: int, hq: int, hk: int, d: int = 512, q_offset: int = 0, dense_out: bool = False) -> dict:
     """Arguments for nnz tokens of hq + hk heads of d, out of place, without the KV write:
-    every token and head of q, k, q_rope and k_rope is one row of memory (zero strides)."""
-    bf16 = torch.bfloat16
-    q, q_rope = one_row_view((nnz, hq, d), bf16, q_offset), one_row_view((nnz, hq, d), bf16)
-    k, k_rope = one_row_view((nnz, hk, d), bf16), one_row_view((nnz, hk, d), bf16)
+    every token and head of q, k, q_rope and k_rope is one row of memory (zero strides).
+    dense_out: q_rope and k_rope claim dense memory instead (fake_extent, fp16), for the checks
+    after the binding's refusal of written tensors whose elements share memory."""
+    dtype = torch.float16 if dense_out else torch.bfloat16
+    q, q_rope = one_row_view((nnz, hq, d), dtype, q_offset), one_row_view((nnz, hq, d), dtype)
+    k, k_rope = one_row_view((nnz, hk, d), dtype), one_row_view((nnz, hk, d), dtype)
+    if dense_out:
+        q_rope, k_rope = fake_extent((nnz, hq, d), dtype), fake_extent((nnz, hk, d), dtype)
     return dict(q=q, k=k, q_rope=q_rope, k_rope=k_rope,
                 cos_sin_cache=torch.zeros(4, d, device="cuda"), pos_ids=torch.zeros(nnz, dtype=torch.int64, device="cuda"),
                 interleave=False, enable_pdl=False, v=None, k_buffer=None, v_buffer=None, kv_cache_loc=None)
@@ -631,6 +651,8 @@ def test_size_limit_messages():
     with raises_op_error(OP, "q", "(the heads) must be at most 1073741823", f"got {heads + 1}"):
         _call(_huge_args(16, 2**29, 2**29))
     with raises_op_error(OP, "q", "below 2^32 - 4 warps", f"16 tokens of {heads} heads of 512 elements"):
+        _call(_huge_args(16, 2**29, 2**29 - 1, dense_out=True))
+    with raises_op_error(OP, "q_rope", "share memory", "stride 0"):
         _call(_huge_args(16, 2**29, 2**29 - 1))
 
 
