@@ -241,7 +241,9 @@ void per_token_impl(const char* op, QuantCode code, const at::Tensor& input, at:
       p.scales.groups = 1;
       p.rows = input.size(0);
       p.hidden = input.size(1);
-      p.input_stride = input.stride(0);
+      // A single row's stride is irrelevant (and may be anything, e.g. an odd one that would
+      // send it to the scalar kernel): use the hidden size, as norm_quant_impl does.
+      p.input_stride = input.size(0) <= 1 ? input.size(1) : input.stride(0);
       p.group_size = 0;
       p.eps = 0.0f;
       p.qmax = code == QuantCode::kFp8 ? kFp8Max : kInt8Max;
