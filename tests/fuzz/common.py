@@ -115,29 +115,10 @@ class Case:
         base = torch.full((offset + rows * stride_row + 1,), fill, dtype=t.dtype, device=t.device)
         if t.dim() <= 1:
             view = base.as_strided(t.shape, (1,) * t.dim(), offset)
-        else:
-            strides = []
-            acc = stride_row
-            for d in range(t.dim() - 1, -1, -1):
-                if d == t.dim() - 1:
-                    strides.append(1)
-                else:
-                    strides.append(acc)
-                    acc *= t.shape[d]
-            view = base.as_strided(t.shape, tuple(reversed(strides)), offset)
+        else:  # dense strides of the shape with its last dim widened to the padded row
+            view = base.as_strided(t.shape, dense_strides((*t.shape[:-1], stride_row)), offset)
         view.copy_(t)
         return view
-
-    def layout(self, t: torch.Tensor, allow_offset: bool = True, allow_pad: bool = False,
-               elem_align: int = 1) -> torch.Tensor:
-        """``t`` in a random layout: dense (half the time), or at an offset of
-        ``elem_align``-multiples (a misaligned start when ``elem_align`` is 1), with padded rows
-        where the op accepts a row stride."""
-        if self.coin(0.5):
-            return t.clone()
-        offset = elem_align * self.rng.randint(1, 7) if allow_offset and self.coin(0.7) else 0
-        pad = elem_align * self.rng.randint(1, 9) if allow_pad and self.coin(0.6) else 0
-        return self.place(t, offset, pad)
 
 
 def dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:

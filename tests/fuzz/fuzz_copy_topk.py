@@ -33,6 +33,7 @@ from tests.elementwise.ref_mla import (
     copy_to_gpu_no_ce_ref,
     downcast_fp8_expected,
 )
+from tests.elementwise.test_mla_copy import assert_bitwise_equal
 from tests.fuzz.common import Case, Fuzzer, describe
 from tests.project.ref_embedding_lookup import embedding_lookup_ref
 from tests.project.ref_relu import custom_relu_ref, fused_add_relu_ref
@@ -46,7 +47,6 @@ INF = float("inf")
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 FP8 = torch.float8_e4m3fn
 POISON = -7  # int32 outputs (top-k) are filled with it before a call
-_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _I32 = (-(2**31), 2**31 - 1)
 
 
@@ -90,24 +90,9 @@ def _dt(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The same memory as integers of the element's size (any strides)."""
-    return t.view(_INT_VIEW[t.element_size()])
-
-
 def _same_bits(actual: torch.Tensor, expected: torch.Tensor, desc: str, what: str) -> None:
-    if tuple(actual.shape) != tuple(expected.shape):
-        raise AssertionError(f"{desc}: {what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
-    a, e = _bits(actual), _bits(expected)
-    if torch.equal(a, e):
-        return
-    diff = a != e
-    n = int(diff.sum())
-    first = tuple(int(i) for i in diff.nonzero()[0])
-    raise AssertionError(
-        f"{desc}: {what}: {n} of {a.numel()} elements differ bitwise; first at {first}: "
-        f"got {int(a[first]):#x}, expected {int(e[first]):#x}"
-    )
+    """Shape and every element's bits equal (test_mla_copy's check, the case named first)."""
+    assert_bitwise_equal(actual, expected, f"{desc}: {what}")
 
 
 def _close(actual: torch.Tensor, expected: torch.Tensor, desc: str, what: str, **tol) -> None:

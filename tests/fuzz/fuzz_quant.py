@@ -55,6 +55,7 @@ from tests.quantization.ref_quant import (
     ue8m0_byte,
     ue8m0_round,
 )
+from tests.quantization.test_fused_norm_quant import _assert_int8_codes_close
 
 HALF = (torch.float16, torch.bfloat16)
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -735,33 +736,15 @@ def _norm_hidden(case: Case, group_size: int, vec: int) -> int:
     return min(h, max(group_size, case.max_elems // group_size * group_size))
 
 
-def _int8_codes_close(q: torch.Tensor, q_ref: torch.Tensor, y: torch.Tensor, scale: torch.Tensor,
-                      group_size: int) -> None:
-    """int8 truncation codes against the reference: elements whose exact scaled value lies within
-    1e-3 of an integer (a group's maximum always does) may differ by one code; all others are held
-    to API.md 1.6 (as tests/quantization/test_fused_norm_quant.py)."""
-    tokens, hidden = y.shape
-    v = (y.double().reshape(tokens, -1, group_size) / scale.double().unsqueeze(-1)).reshape(tokens, hidden)
-    near = (v - v.round()).abs() <= 1e-3
-    qi, ri = q.to(torch.int32), q_ref.to(torch.int32)
-    diff = (qi - ri).abs()
-    if bool(near.any()):
-        worst = int(diff[near].max())
-        assert worst <= 1, f"output_q: codes at truncation boundaries differ by {worst}"
-    assert not bool((qi * ri < 0).any()), "output_q: sign flips"
-    far = ~near
-    n_far = int(far.sum())
-    assert_codes_close(q[far], q_ref[far], max_one_step_frac=max(0.005, 2.0 / max(n_far, 1)))
-
-
 def _fp8_codes_close(q: torch.Tensor, q_ref: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, group_size: int,
                      qmin: float, qmax: float) -> None:
-    """fp8 codes against the reference: elements whose scaled value lies on an e4m3 rounding
-    boundary (its code changes within 2^-16 of it) may differ by one code; all others are held
-    to API.md 1.6. With the default range no group maximum sits on one, but a custom qmax can:
-    200 is the midpoint of 192 and 208, so with (-448, 200) every group whose maximum magnitude
-    is negative scales it to -200 up to the last fp32 bits, and an ulp of the norm decides -192
-    or -208 (a fuzz case at group size 16 had 0.76 % of its codes there)."""
+    """fp8 codes against the reference (the fp8 counterpart of test_fused_norm_quant's
+    _assert_int8_codes_close): elements whose scaled value lies on an e4m3 rounding boundary
+    (its code changes within 2^-16 of it) may differ by one code; all others are held to API.md
+    1.6. With the default range no group maximum sits on one, but a custom qmax can: 200 is the
+    midpoint of 192 and 208, so with (-448, 200) every group whose maximum magnitude is negative
+    scales it to -200 up to the last fp32 bits, and an ulp of the norm decides -192 or -208 (a
+    fuzz case at group size 16 had 0.76 % of its codes there)."""
     tokens, hidden = y.shape
     v = (y.double().reshape(tokens, -1, group_size) / scale.double().unsqueeze(-1)).reshape(tokens, hidden)
     up = (v * (1 + 2.0**-16)).clamp(qmin, qmax).float().to(FP8).view(torch.uint8)
@@ -904,7 +887,7 @@ def _fuzz_norm(case: Case, fused: bool) -> str:
             torch.testing.assert_close(got_s, ref_s, rtol=1e-3, atol=0, msg=lambda m: f"output_s: {m}")
             codes_ref, code_scale = ref_q, ref_s
         if out_dtype == torch.int8:
-            _int8_codes_close(q, codes_ref, y, code_scale, group_size)
+            _assert_int8_codes_close(q, codes_ref, y, code_scale, group_size)
         else:
             _fp8_codes_close(q, codes_ref, y, code_scale, group_size, qmin, qmax)
         if qmin <= -qmax:  # no clamp narrower than the scale's range
