@@ -348,6 +348,12 @@ class Bench:
             action="store_true",
             help="no GPU: fake timings, to exercise the script's plumbing and outputs",
         )
+        parser.add_argument(
+            "--models",
+            action="store_true",
+            help="the sizes of widely served models (benchmark/models.py) instead of the default "
+            "shapes; scripts without such a list refuse it",
+        )
 
     @staticmethod
     def selected_ops(args: argparse.Namespace, known: Sequence[str]) -> List[str]:
@@ -971,12 +977,17 @@ def import_pyplot():
     return plt
 
 
-def cli_main(build: "Callable[[argparse.Namespace], Bench]", description: str, argv=None) -> int:
+def cli_main(build: "Callable[[argparse.Namespace], Bench]", description: str, argv=None, models: bool = False) -> int:
     """The command line every bench_<op>.py shares: parse the harness options, let `build`
-    register cases and providers, raise dynamo's recompile limits when compiling, run."""
+    register cases and providers, raise dynamo's recompile limits when compiling, run.
+    ``models``: the script has a ``--models`` shape list (else the flag is an error)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     Bench.add_args(parser)
     args = parser.parse_args(argv)
+    if args.models and not models:
+        parser.error("--models: this bench has no model-size list (benchmark/models.py)")
+    if args.models and args.quick:
+        parser.error("--models and --quick are two different shape lists: pick one")
     bench = build(args)
     if not args.no_compile:
         log("torch._dynamo: " + ", ".join(configure_dynamo()))

@@ -2,7 +2,7 @@
 """Benchmark of the gated activations silu_and_mul, gelu_and_mul, gelu_tanh_and_mul against
 torch eager and torch.compile (the shared reference rounded to the input dtype).
 
-    python benchmark/elementwise/bench_activation.py --out bench_out [--quick] [--ops OP ...] [--no-compile]
+    python benchmark/elementwise/bench_activation.py --out bench_out [--quick | --models] [--ops OP ...] [--no-compile]
 
 Bytes per call: input read (T * 2I * elt) + output write (T * I * elt). The summary at the
 end checks the first issue's acceptance goals (DESIGN.md 9).
@@ -22,10 +22,12 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
+from benchmark.models import mlp_widths  # noqa: E402
 from tests.elementwise.ref_activation import REFS, act_and_mul_torch  # noqa: E402
 from tests.tolerances import elementwise_tol  # noqa: E402
 
 OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
+MODEL_T_ACT = (128, 8192)  # --models
 
 try:
     import sgl_kernel
@@ -36,9 +38,13 @@ except Exception as exc:  # reported per row and in the summary, the baselines s
     _SGL_IMPORT_ERROR = short_error(exc)
 
 
-def shapes(quick: bool):
-    """(op, dtype, T, I) in run order: the acceptance shapes (silu_and_mul bf16) first."""
+def shapes(quick: bool, models: bool = False):
+    """(op, dtype, T, I) in run order: the acceptance shapes (silu_and_mul bf16) first.
+    ``models``: silu_and_mul at the MLP widths one rank of a TP 1 / TP 8 engine sees
+    (benchmark/models.py) that the default list lacks."""
     bf16 = torch.bfloat16
+    if models:
+        return [("silu_and_mul", bf16, t, i) for i in mlp_widths(skip=(4096, 14336)) for t in MODEL_T_ACT]
     if quick:
         return [
             ("silu_and_mul", bf16, 1, 4096),  # decode: L2-hot in a graph
@@ -114,7 +120,7 @@ def build(args: argparse.Namespace) -> Bench:
     if _SGL_IMPORT_ERROR:
         bench.notes.append(f"import sgl_kernel FAILED: {_SGL_IMPORT_ERROR}")
 
-    for op, dtype, t, inter in shapes(args.quick):
+    for op, dtype, t, inter in shapes(args.quick, args.models):
         if op not in ops:
             continue
         elt = torch.empty((), dtype=dtype).element_size()
@@ -140,7 +146,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 gemma_fused_add_rmsnorm against torch eager and torch.compile (the shared references of
 tests/elementwise/ref_norm.py, rounded to the input dtype).
 
-    python benchmark/elementwise/bench_norm.py --out bench_out [--quick] [--ops OP ...] [--no-compile]
+    python benchmark/elementwise/bench_norm.py --out bench_out [--quick | --models] [--ops OP ...] [--no-compile]
 
 Bytes per call (read + written, once each):
   rmsnorm, gemma_rmsnorm:  read input (T * H * elt) + write out (T * H * elt) + read weight (H * elt)
@@ -30,6 +30,7 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
+from benchmark.models import hidden_sizes  # noqa: E402
 from tests.elementwise.ref_norm import (  # noqa: E402
     OPS as OP_KINDS,
     fused_add_rmsnorm_ref,
@@ -44,6 +45,7 @@ EPS = 1e-6
 T_ALL = (1, 16, 128, 1024, 4096, 16384, 32768)
 T_GEMMA = (1, 128, 4096, 32768)
 DECODE_T = (1, 16, 128)  # DESIGN.md 9: <= 2 us in a CUDA graph
+MODEL_T_NORM = (16, 2048, 16384)  # --models
 
 try:
     import sgl_kernel
@@ -62,10 +64,14 @@ def is_gemma(op: str) -> bool:
     return OP_KINDS[op][1]
 
 
-def shapes(quick: bool):
+def shapes(quick: bool, models: bool = False):
     """(op, dtype, T, H) in run order: the acceptance shapes (H=4096) first, so that a run cut
-    short by --max-seconds still has them."""
+    short by --max-seconds still has them. ``models``: the hidden sizes of benchmark/models.py
+    that the default list lacks, at decode / prefill-chunk / large token counts."""
     bf16 = torch.bfloat16
+    if models:
+        return [(op, bf16, t, h) for h in hidden_sizes(skip=(4096, 8192, 16384)) for t in MODEL_T_NORM
+                for op in ("rmsnorm", "fused_add_rmsnorm")]
     if quick:
         return [
             ("rmsnorm", bf16, 1, 4096),  # decode: L2-hot in a graph
@@ -213,7 +219,7 @@ def build(args: argparse.Namespace) -> Bench:
     if _SGL_IMPORT_ERROR:
         bench.notes.append(f"import sgl_kernel FAILED: {_SGL_IMPORT_ERROR}")
 
-    for op, dtype, t, h in shapes(args.quick):
+    for op, dtype, t, h in shapes(args.quick, args.models):
         if op not in ops:
             continue
         elt = torch.empty((), dtype=dtype).element_size()
@@ -252,7 +258,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":

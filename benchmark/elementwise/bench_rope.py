@@ -4,7 +4,7 @@ place, optionally with the fused KV-cache write) against torch eager and torch.c
 the shared reference (tests/elementwise/ref_rope.py: rope_torch), and FlashInfer's
 apply_rope_with_cos_sin_cache_inplace when flashinfer is importable.
 
-    python benchmark/elementwise/bench_rope.py --out bench_out [--quick] [--ops OP ...] [--no-compile]
+    python benchmark/elementwise/bench_rope.py --out bench_out [--quick | --models] [--ops OP ...] [--no-compile]
 
 Ops (labels): rope (NeoX), rope_gptj (GPT-J, interleaved), rope_kv (NeoX with the fused
 KV-cache write), rope_pdl (NeoX with enable_pdl=True: the wrapper's default turns PDL on
@@ -32,11 +32,13 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
+from benchmark.models import rope_layouts  # noqa: E402
 from tests.elementwise.ref_rope import expected_rope, rope_torch  # noqa: E402
 from tests.tolerances import elementwise_tol  # noqa: E402
 
 OPS = ("rope", "rope_gptj", "rope_kv", "rope_pdl")
 HQ, HK = 32, 8  # Llama-3-8B-like GQA
+MODEL_T_ROPE = (16, 4096)  # --models
 
 try:
     import sgl_kernel
@@ -52,9 +54,14 @@ except Exception:  # optional baseline
     _flashinfer_rope = None
 
 
-def shapes(quick: bool):
-    """(op, dtype, T, D, R) in run order: the goal shapes (rope bf16 D = R = 128) first."""
+def shapes(quick: bool, models: bool = False):
+    """(op, dtype, T, D, R) in run order: the goal shapes (rope bf16 D = R = 128) first.
+    ``models``: (op, dtype, T, D, R, HQ, HK), the NeoX op at the head layouts one rank of a
+    TP 1 / TP 8 engine sees (benchmark/models.py)."""
     bf16 = torch.bfloat16
+    if models:
+        return [("rope", bf16, t, d, r, hq, hk) for hq, hk, d, r in rope_layouts() if (hq, hk, d) != (HQ, HK, 128)
+                for t in MODEL_T_ROPE]
     if quick:
         return [
             ("rope", bf16, 1, 128, 128),  # decode: L2-hot in a graph
@@ -75,27 +82,27 @@ def shapes(quick: bool):
     return out
 
 
-def case_bytes(op: str, t: int, d: int, elt: int) -> int:
-    qk = 2 * t * (HQ + HK) * d * elt
-    return qk + (3 * t * HK * d * elt if op == "rope_kv" else 0)
+def case_bytes(op: str, t: int, d: int, elt: int, hq: int = HQ, hk: int = HK) -> int:
+    qk = 2 * t * (hq + hk) * d * elt
+    return qk + (3 * t * hk * d * elt if op == "rope_kv" else 0)
 
 
-def make_setup(op: str, dtype: torch.dtype, t: int, d: int, r: int):
+def make_setup(op: str, dtype: torch.dtype, t: int, d: int, r: int, hq: int = HQ, hk: int = HK):
     fused = op == "rope_kv"
     max_pos = max(2 * t, 4096)
 
     def setup():
         pos = torch.randint(0, max_pos, (t,), device="cuda")
-        q = torch.randn(t, HQ * d, device="cuda", dtype=dtype)
-        k = torch.randn(t, HK * d, device="cuda", dtype=dtype)
+        q = torch.randn(t, hq * d, device="cuda", dtype=dtype)
+        k = torch.randn(t, hk * d, device="cuda", dtype=dtype)
         inv_freq = 1.0 / (10000.0 ** (torch.arange(0, r, 2, device="cuda", dtype=torch.float32) / r))
         freqs = torch.outer(torch.arange(max_pos, device="cuda", dtype=torch.float32), inv_freq)
         cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).contiguous()
         if not fused:
             return (pos, q, k, cache)
-        v = torch.randn(t, HK * d, device="cuda", dtype=dtype)
+        v = torch.randn(t, hk * d, device="cuda", dtype=dtype)
         rows = 2 * t
-        k_buffer = torch.zeros(rows, HK * d, device="cuda", dtype=dtype)
+        k_buffer = torch.zeros(rows, hk * d, device="cuda", dtype=dtype)
         v_buffer = torch.zeros_like(k_buffer)
         loc = torch.randperm(rows, device="cuda")[:t]
         return (pos, q, k, cache, v, k_buffer, v_buffer, loc)
@@ -212,12 +219,14 @@ def build(args: argparse.Namespace) -> Bench:
     if _SGL_IMPORT_ERROR:
         bench.notes.append(f"import sgl_kernel FAILED: {_SGL_IMPORT_ERROR}")
 
-    for op, dtype, t, d, r in shapes(args.quick):
+    for op, dtype, t, d, r, *heads in shapes(args.quick, args.models):
         if op not in ops:
             continue
         elt = torch.empty((), dtype=dtype).element_size()
-        bench.add_case(op, dtype, {"T": t, "D": d, "R": r}, make_setup(op, dtype, t, d, r),
-                       case_bytes(op, t, d, elt), check=make_check(op, dtype, d))
+        hq, hk = heads or (HQ, HK)
+        params = {"T": t, "D": d, "R": r} if not heads else {"T": t, "D": d, "R": r, "HQ": hq, "HK": hk}
+        bench.add_case(op, dtype, params, make_setup(op, dtype, t, d, r, hq, hk),
+                       case_bytes(op, t, d, elt, hq, hk), check=make_check(op, dtype, d))
 
     # Goals of DESIGN.md 9 for the shapes in this run.
     planned = {(c.op, c.dtype, c.params["T"], c.params["D"], c.params["R"]) for c in bench.cases}
@@ -236,7 +245,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main  # noqa: E402
+from benchmark.models import hidden_sizes  # noqa: E402
 from benchmark.quantization.common import (  # noqa: E402
     add_providers,
     ROUNDED_INPUT_SCALE_RTOL,
@@ -98,6 +99,7 @@ from tests.quantization.ref_quant import (  # noqa: E402
 BF16 = torch.bfloat16
 DECODE_T = (1, 16, 128)  # DESIGN.md 9: <= 2 us in a CUDA graph
 T_ALL = (1, 16, 128, 1024, 4096, 32768)
+MODEL_T_QUANT = (16, 4096)  # --models
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,15 @@ SPECS = {
 OPS = tuple(SPECS)
 
 
-def shapes(quick: bool):
+def shapes(quick: bool, models: bool = False):
     """(op, dtype, params) in run order: the headline op at H=4096 (the acceptance shape)
     first, then the fused SiLU path, then the other layouts, group sizes and the masked
-    input, so that a run cut short by --max-seconds keeps the shapes the goals need."""
+    input, so that a run cut short by --max-seconds keeps the shapes the goals need.
+    ``models``: gq_fp8_g128 at the GEMM inputs of benchmark/models.py's models that the
+    default list lacks (hidden sizes, and MLP widths one rank sees at TP 1 / TP 8)."""
+    if models:
+        widths = sorted(set(hidden_sizes(skip=(4096, 7168, 16384))) | {768, 1152, 1792, 3456, 4864, 9728, 18944})
+        return [("gq_fp8_g128", BF16, {"T": t, "H": h}) for h in widths for t in MODEL_T_QUANT]
     if quick:
         return [
             ("gq_fp8_g128", BF16, {"T": 1, "H": 4096}),  # decode: L2-hot in a graph
@@ -307,7 +314,7 @@ def build(args: argparse.Namespace) -> Bench:
         two_kernel_applies=lambda op: SPECS[op].silu,
     )
 
-    for op, dtype, params in shapes(args.quick):
+    for op, dtype, params in shapes(args.quick, args.models):
         if op not in ops:
             continue
         spec = SPECS[op]
@@ -340,7 +347,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main  # noqa: E402
+from benchmark.models import hidden_sizes  # noqa: E402
 from benchmark.quantization.common import (  # noqa: E402
     add_providers,
     SCALE_RTOL,
@@ -80,6 +81,7 @@ SGL_NAMES = {
     "per_tensor_static": "sgl_per_tensor_quant_fp8",
 }
 T_ALL = (1, 16, 128, 1024, 4096, 32768)
+MODEL_T_QUANT = (16, 4096)  # --models
 DECODE_T = (1, 16, 128)  # DESIGN.md 9: <= 2 us in a CUDA graph
 BF16, FP16 = torch.bfloat16, torch.float16
 
@@ -88,10 +90,13 @@ def out_dtype(op: str) -> torch.dtype:
     return torch.int8 if op == "per_token_int8" else FP8
 
 
-def shapes(quick: bool):
+def shapes(quick: bool, models: bool = False):
     """(op, dtype, T, H) in run order: per_token_fp8 at H=4096 (the acceptance shape) first,
     then every op at the decode shapes and T=32768, then the other hidden sizes and fp16, so
-    that a run cut short by --max-seconds keeps the shapes the goals need."""
+    that a run cut short by --max-seconds keeps the shapes the goals need. ``models``:
+    per_token_fp8 at the hidden sizes of benchmark/models.py that the default list lacks."""
+    if models:
+        return [("per_token_fp8", BF16, t, h) for h in hidden_sizes(skip=(4096, 7168, 16384)) for t in MODEL_T_QUANT]
     if quick:
         return [
             ("per_token_fp8", BF16, 1, 4096),  # decode: L2-hot in a graph
@@ -225,7 +230,7 @@ def build(args: argparse.Namespace) -> Bench:
 
     add_providers(bench, ours=lambda op: ours_fn(op, args.dry_run), reference=torch_fn, wrap=as_provider)
 
-    for op, dtype, t, h in shapes(args.quick):
+    for op, dtype, t, h in shapes(args.quick, args.models):
         if op not in ops:
             continue
         bench.add_case(op, dtype, {"T": t, "H": h}, make_setup(op, dtype, t, h),
@@ -249,7 +254,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":
