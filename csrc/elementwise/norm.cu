@@ -42,10 +42,10 @@ __device__ __forceinline__ int64_t row_offset(const RowStrides& s, uint32_t oute
 
 // Per vectors-per-lane configuration: the register cap and the largest row group (threads
 // per row) the launcher may use with it (cap * threads must fit the SM's 64K registers).
-// 2: 64 registers (1024-thread rows); 4: 96; 6 and 8: 128; 12 and 16: uncapped (ptxas takes
+// 2: 64 registers (1024-thread rows); 4: 96; 6, 8 and 9: 128; 12 and 16: uncapped (ptxas takes
 // up to 255, so at most 256 threads per row).
-constexpr int vec_max_regs(int vpt) { return vpt <= 2 ? 64 : vpt <= 4 ? 96 : vpt <= 8 ? 128 : 255; }
-constexpr int vec_max_threads(int vpt) { return vpt <= 2 ? 1024 : vpt <= 8 ? 512 : 256; }
+constexpr int vec_max_regs(int vpt) { return vpt <= 2 ? 64 : vpt <= 4 ? 96 : vpt <= 9 ? 128 : 255; }
+constexpr int vec_max_threads(int vpt) { return vpt <= 2 ? 1024 : vpt <= 9 ? 512 : 256; }
 
 // Row groups per block: 128-thread blocks, or one group when a row takes more threads.
 constexpr int kVecBlockThreads = 128;
@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
 
 // Decode kernel (<= 256 rows, hidden a multiple of 512 up to 8192 (fused: 7168), pointers and
 // row strides aligned to 4 elements): a block per row in the decode layout of sgl_kernel/row_norm.cuh
-// (warp w: four 128-element chunks, 8-byte vectors of 16-bit types, 16-byte of fp32).
+// (warp w: four 128-element chunks, 8-byte vectors of 16-bit types, 16-byte of fp32; kK = 2 or 1
+// chunks for rows of a multiple of 256 or 128 elements from 1024: decode_chunks).
 // NOTE (H200, bf16, PDL on; benchmark/quantization/tune_norm_quant.cu --norms 1, "n4k4"
 // against "rmsnorm" = the vector kernel below): rmsnorm T=1/16/128 H=4096 1.18/1.25/1.57 us
 // (1.27/1.34/1.70), H=7168 1.49/1.58/2.03 (1.56/1.62/2.13), H=8192 1.52/1.63/2.14 (1.57/1.67/
@@ -123,6 +124,24 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
 constexpr int kDecodeElems = 4, kDecodeChunks = 4;  // per lane: 4 chunks of 4 elements
 constexpr int kDecodeRowElems = 32 * kDecodeElems * kDecodeChunks;  // a warp's share of a row: 512
 constexpr int64_t kDecodeMaxHidden[2] = {8192, 7168};  // [fused]
+// Rows that are a multiple of 128 elements but not of 512 (bf16 H=1152, 2304, 3840, 5376: Gemma
+// 2 and 3) take the same kernel with 2 chunks a warp where 256 divides the row, else 1, from
+// kDecodeShortChunksMin elements (below it the vector kernel's multi-row blocks serve short rows,
+// q/k norms over heads included). Before, they took the vector kernel at 1.5-3 vectors a lane.
+// NOTE (H100, bench_norm.py --models, T=16, us, before -> after): bf16 H=2304 plain 1.46 ->
+// 1.20, fused 1.55 -> 1.42 (H=2048 and 2560, 4 chunks a warp: 1.20 / 1.27 plain, 1.42 fused).
+// H=1152 after: 0.99 / 1.41; H=3840 1.38 / 1.43; H=5376 1.43 / 1.60 (1.4-1.8x torch.compile).
+constexpr int64_t kDecodeShortChunksMin = 1024;
+
+// Chunks of 32 * kDecodeElems elements a warp of the decode kernel holds for a row of `hidden`
+// elements; 0 where it does not apply.
+int decode_chunks(int64_t hidden) {
+  constexpr int64_t kChunk = 32 * kDecodeElems;
+  if (hidden % kDecodeRowElems == 0) return kDecodeChunks;
+  if (hidden < kDecodeShortChunksMin) return 0;
+  if (hidden % (2 * kChunk) == 0) return 2;
+  return hidden % kChunk == 0 && hidden <= 32 * kChunk ? 1 : 0;  // at most 32 warps
+}
 
 //
 // kCluster (sm90+): a cluster of blocks per row, block r of it holding the r-th slice of
@@ -469,7 +488,14 @@ bool exact_1024_after_loads(int64_t rows) { return rows <= kExact1024MidRows; }
 //   (rmsnorm) / 3940 (fused) there (/work/.device/2 run), so 8 vectors serve every T > 256.
 // 6 and 12 vectors serve rows where 8 and 16 would leave a lane more than one vector short
 // (bf16 H=2560, 3072, 5120 get 6 at mid and large T; 3072 and 6144 get 12 at large T), with
-// the register budgets of 8 and 16; those sizes were not measured.
+// the register budgets of 8 and 16; those sizes were not measured. 9 vectors (128 registers,
+// no spills) where 8 and 6 do not fit: bf16 H=1152 and 2304 (Gemma 3 1B, Gemma 2 2B: 144 and
+// 288 vectors, 16 and 32 lanes a row) had taken 2 or 4 vectors a lane with 1.5 or 3 of them
+// used. NOTE (H100, bench_norm.py --models, us; the session-24 sweep before against after, on
+// two machines, torch.compile of each run in brackets): plain H=2304 T=2048 / 16384 7.47 /
+// 60.35 (8.27 / 61.81) -> 6.08 / 51.69 (8.23 / 61.12), 83 -> 96 % of copy at T=16384; fused
+// H=2304 T=2048 14.99 -> 14.15 (T=16384 takes it too: 103.1 -> 103.0). H=1152 after: plain
+// T=16384 93 % of copy, 1.26x torch.compile.
 // NOTE (H200, bf16, PDL on): loading the row under an L2 evict_last policy (LoadPolicy::kKeepL2)
 // speeds up the many-row plain op. benchmark/elementwise/tune_rmsnorm.cu, "g v8 pre keep" against
 // the vector kernel as it was ("g v8 pre reg128") and the two-pass kernel ("2p t256 u1 h3"), us at
@@ -544,7 +570,7 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
                : launch_vec<T, 8, kFused, kGemma, 128, PdlTrigger::kLate>(p, rows_inner, 128, stream);
   }
   if (regime == 0 && hv == 2048) return launch_vec<T, 8, kFused, kGemma, 256>(p, rows_inner, 256, stream);
-  static constexpr int kOrder[2][6] = {{4, 2, 8, 0, 0, 0}, {8, 6, 4, 12, 16, 2}};
+  static constexpr int kOrder[2][7] = {{4, 2, 8, 0, 0, 0, 0}, {8, 6, 9, 4, 12, 16, 2}};
   for (const int vpt : kOrder[regime]) {
     if (vpt == 0) break;  // end of the list
     const int tpr = row_group_threads(hv, vpt, 1, vec_max_threads(vpt));
@@ -556,6 +582,7 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
       case 4: return launch_vec<T, 4, kFused, kGemma>(p, rows_inner, tpr, stream);
       case 6: return launch_vec<T, 6, kFused, kGemma>(p, rows_inner, tpr, stream);
       case 8: return launch_vec<T, 8, kFused, kGemma>(p, rows_inner, tpr, stream);
+      case 9: return launch_vec<T, 9, kFused, kGemma>(p, rows_inner, tpr, stream);
       case 12: return launch_vec<T, 12, kFused, kGemma>(p, rows_inner, tpr, stream);
       default: return launch_vec<T, 16, kFused, kGemma>(p, rows_inner, tpr, stream);
     }
@@ -674,11 +701,12 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
     constexpr int kBytes = kDecodeElems * sizeof(T);
     return rows_aligned(ptr, s.outer, sizeof(T), kBytes) && rows_aligned(ptr, s.inner, sizeof(T), kBytes);
   };
-  if (p.rows <= 256 && p.hidden % kDecodeRowElems == 0 && decode_aligned(p.out, p.out_rows) &&
-      decode_aligned(p.input, p.input_rows) && decode_aligned(p.weight, RowStrides{0, 0}) &&
-      (!kFused || decode_aligned(p.residual, p.residual_rows))) {
+  // A warp's share of the row: 4 chunks of 128 elements, or 2 or 1 (kDecodeShortChunksMin).
+  const int chunks = decode_chunks(p.hidden);
+  if (p.rows <= 256 && chunks > 0 && decode_aligned(p.out, p.out_rows) && decode_aligned(p.input, p.input_rows) &&
+      decode_aligned(p.weight, RowStrides{0, 0}) && (!kFused || decode_aligned(p.residual, p.residual_rows))) {
     if (cs < 0) cs = decode_cluster_blocks(p.rows, p.hidden, kFused);
-    if (cs > 1 && p.hidden % (int64_t{kDecodeRowElems} * cs) == 0) {
+    if (cs > 1 && chunks == kDecodeChunks && p.hidden % (int64_t{kDecodeRowElems} * cs) == 0) {
       constexpr auto kernel = rmsnorm_decode_kernel<T, kFused, kGemma, true>;
       const int threads = static_cast<int>(p.hidden / cs / kDecodeRowElems * 32);
       if (threads <= 1024 && cluster_launchable<kernel>(cs, threads)) {
@@ -688,9 +716,17 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
       }
     }
     if (p.hidden <= kDecodeMaxHidden[kFused]) {
-      const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(p.hidden / kDecodeRowElems * 32));
-      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl, p,
-                           rows_inner);
+      const dim3 grid(static_cast<uint32_t>(p.rows));
+      const dim3 block(static_cast<uint32_t>(p.hidden / (32 * kDecodeElems * chunks) * 32));
+      constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
+      switch (chunks) {
+        case 1: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, 1>, grid,
+                                     block, 0, stream, p.enable_pdl, p, rows_inner);
+        case 2: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, 2>, grid,
+                                     block, 0, stream, p.enable_pdl, p, rows_inner);
+        default: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl,
+                                      p, rows_inner);
+      }
     }
   }
   const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 4096 && is_aligned16(p.out) &&

@@ -161,6 +161,15 @@ def test_correctness_fp32(op, batch, hidden, gen):
 DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384),
                  (1, 7168), (16, 8192), (17, 8192), (32, 7168), (33, 8192), (5, 12288), (20, 16384),
                  (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
+# Decode rows of a multiple of 256 or 128 elements from 1024 (decode_chunks: 2 or 1 chunks a
+# warp; bf16 Gemma sizes 1152, 2304, 3840, 5376; 7936: 31 warps; fused beyond 7168 and 4224 (33
+# chunks of 128: more than 32 warps) and 896 (below 1024) take the vector kernel).
+DECODE_SHORT_CHUNK_SHAPES = [(16, 1152), (1, 1152), (128, 2304), (256, 3840), (3, 5376), (7, 7936), (2, 4224),
+                             (5, 896), (256, 2304)]
+# More than 256 rows whose row length leaves 8 and 6 vectors a lane short: 9 vectors a lane
+# (norm.cu kOrder; bf16 H=1152 / 2304 / 2176 / 6272: 16 / 32 / 32 with the last vector
+# bounds-checked / 96 lanes a row), and the fp32 rows of the same lengths.
+NINE_VECTOR_SHAPES = [(989, 1152), (257, 2304), (16411, 2304), (300, 2176), (257, 6272), (16384, 1152)]
 
 
 # From 16384 rows (norm.cu): the fused ops take the two-pass kernel (rmsnorm_twopass_kernel) on
@@ -177,9 +186,10 @@ TWOPASS_SHAPES = [(16384, 2048), (16384, 3072), (16384, 4096), (16383, 8192), (1
 @GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", DECODE_SHAPES + TWOPASS_SHAPES, ids=_ids)
+@pytest.mark.parametrize("shape", DECODE_SHAPES + DECODE_SHORT_CHUNK_SHAPES + NINE_VECTOR_SHAPES + TWOPASS_SHAPES,
+                         ids=_ids)
 def test_kernel_shapes(op, dtype, shape, gen):
-    """The decode kernel's and the two-pass kernel's shapes and limits (above)."""
+    """The decode kernel's, the vector kernel's and the two-pass kernel's shapes and limits (above)."""
     x, w, other = make_args(op, shape, dtype, gen)
     run_and_check(op, x, w, other)
 
