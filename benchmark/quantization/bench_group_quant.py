@@ -99,7 +99,7 @@ from tests.quantization.ref_quant import (  # noqa: E402
 BF16 = torch.bfloat16
 DECODE_T = (1, 16, 128)  # DESIGN.md 9: <= 2 us in a CUDA graph
 T_ALL = (1, 16, 128, 1024, 4096, 32768)
-MODEL_T_QUANT = (16, 4096)  # --models
+MODEL_T_QUANT = (16, 128, 4096)  # --models
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,10 @@ enum class DecodeScales { kRowF32, kPackedUe8m0 };
 constexpr int kDecodeGroup = 128;
 constexpr int kDecodeGroupsPerLane = 4;
 constexpr int kDecodeMaxThreads = 1024;
+// The plain quant's decode kernel with 2 or 1 groups a warp (row-major scales): rows of a
+// multiple of 256 or 128 elements, not of 512, from this length (bf16 H=1152, 2304, 3840,
+// 5376 and MLP shards such as 1792 or 3456, which took the flat kernel of group_quant.cu).
+constexpr int64_t kDecodeFewGroupsMin = 768;
 
 // kNorm = false: no norm (y = x, weight and residual unused): the plain per-token-group
 // quantization of sgl_per_token_group_quant_8bit (launch_row_group_quant).
@@ -269,17 +273,20 @@ constexpr int kDecodeMaxThreads = 1024;
 // 1.60 / 2.11, add H=7168 2.01 / 2.05 / 2.65 -> 1.97 / 2.02 / 2.64; row-major plain H=4096 1.31
 // / 1.37 / 1.68 -> 1.29 / 1.35 / 1.65.
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
-          PdlTrigger kTrig = PdlTrigger::kEarly>
+          PdlTrigger kTrig = PdlTrigger::kEarly, int kK = kDecodeGroupsPerLane, bool kPieces = false>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
   constexpr int kElems = 4;  // elements of a group a lane holds: 8 bytes of 16-bit input, 16 of fp32
-  constexpr int kK = kDecodeGroupsPerLane;
   using V = Vec<T, kElems>;
+  static_assert(!kPieces || (!kNorm && !kCluster && kSplit == 1), "pieces: the plain quant (no row-wide sum)");
+  static_assert(kK == 1 || kK == 2 || kK == 4, "groups a warp: a power of two up to 4");
+  static_assert(kK == kDecodeGroupsPerLane || (!kNorm && kScales == DecodeScales::kRowF32),
+                "2 or 1 groups a warp: the plain quant with row-major scales only");
   static_assert(kNorm || !kCluster, "clusters share a row's sum of squares");
   static_assert((kNorm && !kCluster && !kFused) || kSplit == 1,
                 "split rows: the norm only, without a cluster, and not the fused op (its in-place residual)");
   __shared__ float scratch[32];
   const int lane = threadIdx.x & 31;
-  int64_t row = blockIdx.x / kSplit;
+  int64_t row = kPieces ? blockIdx.y : blockIdx.x / kSplit;
   // This block's warps [first, first + warps / kSplit) write (all of them without a split).
   const uint32_t slice = (blockDim.x >> 5) / kSplit, first = (blockIdx.x % kSplit) * slice;
   const bool owned = kSplit == 1 || ((threadIdx.x >> 5) >= first && (threadIdx.x >> 5) < first + slice);
@@ -293,11 +300,18 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
 #elif defined(__CUDA_ARCH__)
   if constexpr (kCluster) __trap();  // no clusters below sm90: cluster_launchable refuses this code
 #endif
+  if constexpr (kPieces) {
+    // Block x of the row's gridDim.x takes its x-th slice of blockDim.x / 32 warps; the last
+    // slice's warps past the row's end leave at once (no block-wide step follows).
+    rank = static_cast<int>(blockIdx.x);
+    const int64_t warp_at = static_cast<int64_t>(rank) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (warp_at * (kK * kDecodeGroup) >= p.hidden) return;
+  }
   // This block's slice of the row (elements), and the wait with the lane's first input (and
   // weight) vector prefetched: the decode layout covers the row exactly.
   const int64_t part = static_cast<int64_t>(rank) * (blockDim.x >> 5) * (kK * kDecodeGroup);
   const T* in0 = p.input + row * p.input_stride + part + decode_col<kElems, kK>(0);
-  // This block's warps are the row's warps rank * warps ... (one warp: kK groups, 512 elements).
+  // This block's warps are the row's warps rank * warps ... (one warp: kK groups, kK * 128 elements).
   const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
   const int mine = lane & (kK - 1);  // the group whose scale this lane works out (below)
   // Formed before the wait and held there (an empty asm after them): the row's
@@ -336,7 +350,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   } else {
 #pragma unroll
     for (int k = 0; k < kK; ++k) {
-      const V x = load_vec<V>(p.input + row * p.input_stride + decode_col<kElems, kK>(k));
+      const V x = load_vec<V>(p.input + row * p.input_stride + part + decode_col<kElems, kK>(k));
 #pragma unroll
       for (int e = 0; e < kElems; ++e) f[k][e] = to_float(x[e]);
     }
@@ -452,8 +466,14 @@ cudaError_t launch_norm_decode_split(const RowQuantParams<T>& p, int split, dim3
 template <typename T>
 cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, int cs = -1, int split = -1) {
   constexpr int kVecBytes = 4 * sizeof(T);  // a lane's loads: 4 elements
-  const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
   const bool row_f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0 && p.scales.stride_g == 1;
+  // Groups a warp: 4; the plain quant with row-major scales also takes rows of an odd number
+  // of pairs of groups or of groups (2 or 1 a warp) from kDecodeFewGroupsMin elements.
+  int gpw = kDecodeGroupsPerLane;
+  if (p.weight == nullptr && row_f32 && p.hidden >= kDecodeFewGroupsMin && p.hidden % (4 * kDecodeGroup) != 0) {
+    gpw = p.hidden % (2 * kDecodeGroup) == 0 ? 2 : 1;
+  }
+  const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
   auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
   if (p.rows > 256 || p.group_size != kDecodeGroup || p.hidden % per_warp != 0 ||
       needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) || (!row_f32 && !p.scales.packed_ue8m0) ||
@@ -476,11 +496,37 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
     }
   }
   const int64_t warps = p.hidden / per_warp;
+  if (warps * 32 > kDecodeMaxThreads && p.weight == nullptr && row_f32) {
+    // The plain quant's rows of more than 32 warps: pieces of at most 32 warps, a block each.
+    const int64_t pieces = (warps * 32 + kDecodeMaxThreads - 1) / kDecodeMaxThreads;
+    const dim3 grid(static_cast<uint32_t>(pieces), static_cast<uint32_t>(p.rows));
+    const dim3 block(static_cast<uint32_t>((warps + pieces - 1) / pieces * 32));
+    constexpr DecodeScales kRow = DecodeScales::kRowF32;
+    constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
+    switch (gpw) {
+      case 1: return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 1, true>, grid,
+                                   block, 0, stream, p.enable_pdl, p);
+      case 2: return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 2, true>, grid,
+                                   block, 0, stream, p.enable_pdl, p);
+      default: return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 4, true>, grid,
+                                    block, 0, stream, p.enable_pdl, p);
+    }
+  }
   if (warps * 32 > kDecodeMaxThreads) return cudaErrorNotSupported;
   if (split < 0) split = norm_decode_split(p.rows, warps);
   if (p.weight == nullptr || fused || (split != 2 && split != 4) || warps % split != 0) split = 1;
   const dim3 grid(static_cast<uint32_t>(p.rows * split)), block(static_cast<uint32_t>(warps * 32));
   if (p.weight == nullptr) {
+    constexpr DecodeScales kRow = DecodeScales::kRowF32;
+    constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
+    if (gpw == 2) {
+      return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 2>, grid, block, 0,
+                           stream, p.enable_pdl, p);
+    }
+    if (gpw == 1) {
+      return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 1>, grid, block, 0,
+                           stream, p.enable_pdl, p);
+    }
     return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, false>, grid, block, 0,
                                    stream, p.enable_pdl, p)
                    : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, false>, grid, block,
@@ -611,7 +657,10 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
     // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
     // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
     // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
-    // to the flat kernel below 64 rows.
+    // to the flat kernel below 64 rows. Rows of more than 32 warps (bf16 H > 16384) take the
+    // kernel in pieces of at most 32 warps (launch_norm_decode); before, the flat kernel: H100,
+    // bench_group_quant.py --models, gq_fp8_g128 T=128 H=18944 3.70 us (H=12288, one block a
+    // row: 1.61).
     if (p.masked_m != nullptr || code != QuantCode::kFp8) return cudaErrorNotSupported;
     if (p.hidden > 8192 && p.rows < 64) return cudaErrorNotSupported;
     return launch_norm_decode<T>(p, stream);
