@@ -70,9 +70,12 @@ class Case:
         return self.log_int(1, max_rows)
 
     def hidden(self, max_hidden: int, multiple: int = 1,
-               points: Sequence[int] = (8, 64, 111, 128, 256, 512, 1024, 2048, 4096, 7168, 8192, 16384)) -> int:
+               points: Sequence[int] = (8, 64, 111, 128, 256, 512, 768, 1024, 1152, 2048, 2304, 3840, 4096, 5376, 7168,
+                                        8192, 16384, 18944)) -> int:
         """A row length, a multiple of ``multiple``: a third next to a common size, a third a
-        common size exactly, a third log-uniform."""
+        common size exactly, a third log-uniform. The common sizes include rows of a multiple
+        of 128 or 256 elements but not of 512 (Gemma's 1152 / 2304 / 3840 / 5376, MLP widths 768
+        and 18944), which take kernels of their own in norm.cu and norm_quant.cu."""
         r = self.rng.random()
         if r < 1 / 3:
             v = self.choice(points) + multiple * self.rng.randint(-2, 2)

@@ -210,8 +210,11 @@ def _empty_lead(case: Case) -> Tuple[int, ...]:
 _HV_POINTS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 127, 128, 129, 192, 255,
               256, 257, 320, 384, 448, 511, 512, 513, 640, 768, 896, 1023, 1024, 1025, 1536, 2047, 2048, 2049,
               3072, 4095, 4096, 4097)
-# The decode kernel's row lengths (multiples of 512) around its limits (fused 7168, plain 8192).
-_DECODE_HIDDEN = (512, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 7168, 7680, 8192, 8704, 12288)
+# The decode kernel's row lengths (multiples of 512) around its limits (fused 7168, plain 8192),
+# and its 2- and 1-chunk-a-warp lengths (multiples of 256 / 128 from 1024; 896 below it, 4224
+# past 32 warps, 7936 / 7424 past the fused limit).
+_DECODE_HIDDEN = (512, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 7168, 7680, 8192, 8704, 12288,
+                  896, 1152, 1280, 2304, 3840, 4224, 5376, 7424, 7936)
 # Cluster lengths (8 blocks a row from 16384 up to 16 rows, 16 from 32768 up to 4 rows; the
 # length a multiple of 512 * blocks) and lengths that are not.
 _CLUSTER_HIDDEN = (16384, 16896, 20480, 24576, 32768, 36864, 40960, 49152, 65536)

@@ -539,8 +539,11 @@ def _group_hidden(case: Case, group_size: int, vec: int, in_mult: int = 1) -> in
     """A multiple of ``group_size`` next to the group kernels' limits."""
     r = case.rng.random()
     if r < 0.3:
-        # decode kernel: multiples of 512 up to 16384 (8192 below 64 rows); 640 / 16896: just not
-        k = case.choice((128, 512, 640, 1024, 1536, 2048, 4096, 7168, 8192, 8320, 12288, 16384, 16896))
+        # decode kernel: multiples of 512 up to 16384 (8192 below 64 rows); 640 / 16896: just not;
+        # from 768 multiples of 256 / 128 (2 / 1 groups a warp); past 32 warps, in pieces (from 64
+        # rows: 16896, 18944, 16640, 16512)
+        k = case.choice((128, 512, 640, 1024, 1536, 2048, 4096, 7168, 8192, 8320, 12288, 16384, 16896,
+                         768, 896, 1152, 2304, 3456, 3840, 4224, 18944, 16640, 16512))
     elif r < 0.5:
         k = group_size * case.choice((1, 2, 3, 4, 5, 6, 7, 9, 11))  # G % 4 = 1..3: packed trailing bytes
     elif r < 0.58:
