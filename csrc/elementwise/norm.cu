@@ -684,8 +684,15 @@ bool aligned16(const RowStrides& s, int kVec) { return s.outer % kVec == 0 && s.
 //   plain H=16384, T=1/4/8/16: c1 2.27/2.30/2.40/2.42, c8 2.02/1.99/2.01/2.36
 //   plain H=32768, T=1/4/8/16: c1 3.24/3.19/3.47/3.51, c8 2.33/2.36/2.49/3.36, c16 2.11/2.21/2.62/3.84
 //   fused H=8192, T=1/4/16/32: c1 1.83/1.93/2.09/2.16, c4 2.10/2.12/2.25/2.62, c8 2.10/2.05/2.31/2.94
-// (c2 was slower than c4 everywhere). Below 16384 one block per row.
-int decode_cluster_blocks(int64_t rows, int64_t hidden, bool /*fused*/) {
+// (c2 was slower than c4 everywhere). Below 16384 one block per row, but for the fused op
+// from 12288 (session 24, H100, tune_norm_quant.cu --norms 1, H=12288, T = 1 / 4 / 8 / 16 / 32,
+// us): fused c1 (the vector kernel) 2.33 / 2.39 / 2.49 / 2.54 / 2.63, c4 1.94 / 1.97 / 1.94 /
+// 2.04 / 2.71, c8 1.89 / 1.87 / 1.85 / 2.11 / 3.16; plain c1 1.84 / 1.88 / 1.94 / 1.96 / 2.07,
+// c8 1.89 / 1.87 / 1.84 / 1.89 / 3.00 (within 0.1 us: the plain op keeps one block).
+int decode_cluster_blocks(int64_t rows, int64_t hidden, bool fused) {
+  if (fused && hidden >= 12288 && hidden < 16384 && rows <= 16) {
+    return rows <= 8 && hidden % (8 * kDecodeRowElems) == 0 ? 8 : 4;
+  }
   if (hidden < 16384 || rows > 16) return 1;
   return hidden >= 32768 && rows <= 4 ? 16 : 8;
 }

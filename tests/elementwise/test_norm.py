@@ -166,6 +166,9 @@ DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257
 # chunks of 128: more than 32 warps) and 896 (below 1024) take the vector kernel).
 DECODE_SHORT_CHUNK_SHAPES = [(16, 1152), (1, 1152), (128, 2304), (256, 3840), (3, 5376), (7, 7936), (2, 4224),
                              (5, 896), (256, 2304)]
+# The fused op from 12288 up to 16 rows: clusters of 8 blocks a row up to 8 rows where 4096
+# divides the row, else 4 (14336: 4 only), and one block beyond 16 rows (the plain op: always).
+CLUSTER_12K_SHAPES = [(8, 12288), (9, 12288), (16, 12288), (17, 12288), (3, 14336), (1, 12800)]
 # More than 256 rows whose row length leaves 8 and 6 vectors a lane short: 9 vectors a lane
 # (norm.cu kOrder; bf16 H=1152 / 2304 / 2176 / 6272: 16 / 32 / 32 with the last vector
 # bounds-checked / 96 lanes a row), and the fp32 rows of the same lengths.
@@ -186,8 +189,8 @@ TWOPASS_SHAPES = [(16384, 2048), (16384, 3072), (16384, 4096), (16383, 8192), (1
 @GPU
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", DECODE_SHAPES + DECODE_SHORT_CHUNK_SHAPES + NINE_VECTOR_SHAPES + TWOPASS_SHAPES,
-                         ids=_ids)
+@pytest.mark.parametrize("shape", DECODE_SHAPES + DECODE_SHORT_CHUNK_SHAPES + CLUSTER_12K_SHAPES + NINE_VECTOR_SHAPES
+                         + TWOPASS_SHAPES, ids=_ids)
 def test_kernel_shapes(op, dtype, shape, gen):
     """The decode kernel's, the vector kernel's and the two-pass kernel's shapes and limits (above)."""
     x, w, other = make_args(op, shape, dtype, gen)

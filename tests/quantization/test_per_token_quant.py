@@ -668,20 +668,24 @@ xt = torch.randn(4, 4096, device="cuda", dtype=bf16)        # per-tensor: 2048 v
 xr = torch.randn(2, 16384, device="cuda", dtype=bf16)       # per-token: 8 blocks a row
 xn = torch.randn(3, 16384, device="cuda", dtype=bf16)       # rmsnorm / norm + quant: clusters at 16384
 w = torch.rand(16384, device="cuda", dtype=bf16) + 0.5
+xf = torch.randn(4, 12288, device="cuda", dtype=bf16)       # fused_add_rmsnorm: a cluster of 8 from 12288
+rf = torch.randn(4, 12288, device="cuda", dtype=bf16)
+wf = torch.rand(12288, device="cuda", dtype=bf16) + 0.5
 
 
 def run(outs):
-    qt, st, qr, sr, yn, qn, sn = outs
+    qt, st, qr, sr, yn, qn, sn, xa, ra = outs
     sgl_kernel.sgl_per_tensor_quant_fp8(xt, qt, st, False)
     sgl_kernel.sgl_per_token_quant_fp8(xr, qr, sr)
     sgl_kernel.rmsnorm(xn, w, 1e-6, out=yn)
     sgl_kernel.fused_rmsnorm_quant(xn, qn, sn, w, 128, 1e-10, -448.0, 448.0, False)
+    sgl_kernel.fused_add_rmsnorm(xa, ra, wf, 1e-6)  # in place, on copies of xf, rf
 
 
 def alloc():
     return (torch.empty_like(xt, dtype=fp8), torch.zeros(1, device="cuda"), torch.empty_like(xr, dtype=fp8),
             torch.empty(2, 1, device="cuda"), torch.empty_like(xn), torch.empty_like(xn, dtype=fp8),
-            torch.empty(3, 128, device="cuda"))
+            torch.empty(3, 128, device="cuda"), xf.clone(), rf.clone())
 
 
 graph_outs = alloc()
