@@ -657,8 +657,9 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
     // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
     // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
     // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
-    // to the flat kernel below 64 rows. Rows of more than 32 warps (bf16 H > 16384) take the
-    // kernel in pieces of at most 32 warps (launch_norm_decode); before, the flat kernel: H100,
+    // to the flat kernel below 64 rows. Rows of more than 32 warps (above 16384 elements at 4
+    // groups a warp, above 4096 at 1: 4224) take the kernel in pieces of at most 32 warps
+    // (launch_norm_decode); before, the flat kernel: H100,
     // bench_group_quant.py --models, gq_fp8_g128 T=128 H=18944 3.70 us (H=12288, one block a
     // row: 1.61).
     if (p.masked_m != nullptr || code != QuantCode::kFp8) return cudaErrorNotSupported;

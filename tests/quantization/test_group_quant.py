@@ -255,13 +255,13 @@ def test_matrix_bf16_fp8_g128(tokens, hidden, gen):
 # Decode rows (<= 256) of g=128 fp8 with row-major scales take norm_quant.cu's decode kernel:
 # 4 groups a warp where 512 divides the row, and from 768 elements 2 or 1 groups a warp where
 # 256 or 128 does (768: 3 warps of 2, 896: 7 of 1, 1152: 9 of 1, 2304: 9 of 2, 3456: 27 of 1,
-# 3840: 15 of 2). 4224 (33 groups: more than 32 warps) and 640 (below 768) take the flat kernel;
-# the column-major layout takes it at every length.
+# 3840: 15 of 2; 4224: 33 of 1, in two pieces as below). 640 (below 768) takes the flat
+# kernel, and so does the column-major layout at every length.
 FEW_GROUP_SHAPES = [(t, h) for t in (1, 16, 256) for h in (768, 896, 1152, 2304, 3456, 3840)] + [(3, 4224), (5, 640)]
-# From 64 rows, rows of more than 32 warps take the decode kernel in pieces of at most 32
-# warps, a block each (18944: 37 warps of 4 groups, 2 pieces of 19 with one idle warp; 16896:
-# 33 warps, 17 + 16; 25600: 50; 16640: 65 warps of 2 groups, 3 pieces; 16512: 129 of 1, 5
-# pieces); below 64 rows they take the flat kernel (63 rows).
+# Rows of more than 32 warps take the decode kernel in pieces of at most 32 warps, a block each
+# (18944: 37 warps of 4 groups, 2 pieces of 19 with one idle warp; 16896: 33 warps, 17 + 16;
+# 25600: 50; 16640: 65 warps of 2 groups, 3 pieces; 16512: 129 of 1, 5 pieces); rows of more
+# than 8192 elements only from 64 rows, below it the flat kernel (63 rows).
 PIECE_SHAPES = [(64, 18944), (100, 16896), (256, 25600), (77, 16640), (64, 16512), (63, 18944)]
 
 
