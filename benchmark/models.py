@@ -82,3 +82,11 @@ def rope_layouts() -> List[Tuple[int, int, int, int]]:
                 continue
             out.add((m.heads // tp, max(1, m.kv_heads // tp), m.head_dim, m.head_dim))
     return sorted(out)
+
+
+def kv_layouts() -> List[Tuple[int, int]]:
+    """(kv heads, head_dim) of the KV-cache rows one rank writes (rope_layouts' k side, with
+    DeepSeek-V3's MLA cache row, 512 latent + 64 rope dims, as one 576-wide head)."""
+    out = {(hk, d) for _, hk, d, _ in rope_layouts() if d != 64 or hk != 1}
+    out.add((1, 576))
+    return sorted(out)

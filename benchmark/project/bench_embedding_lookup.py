@@ -2,7 +2,7 @@
 """Benchmark of embedding_lookup against PyTorch (``F.embedding`` = ``weight[indices]``, and the
 masked vocab-parallel form of VocabParallelEmbedding), eager and torch.compile.
 
-    python benchmark/project/bench_embedding_lookup.py --out bench_out [--quick] [--no-compile]
+    python benchmark/project/bench_embedding_lookup.py --out bench_out [--quick | --models] [--no-compile]
 
 Weight: a Llama-3 sized table (V = 128256, D = 4096) shared by the rotated input sets; the
 indices (int64, random over the vocabulary) are fresh per set. The vocab-parallel op
@@ -27,9 +27,11 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
+from benchmark.models import hidden_sizes  # noqa: E402
 from tests.project.ref_embedding_lookup import embedding_lookup_ref, embedding_lookup_torch  # noqa: E402
 
 OPS = ("embedding_lookup", "embedding_lookup_tp")
+MODEL_T_EMBED = (16, 8192)  # --models
 VOCAB, TP, RANK = 128256, 8, 3
 SHARD = VOCAB // TP  # 16032
 VOCAB_RANGE = {"embedding_lookup": None, "embedding_lookup_tp": (RANK * SHARD, SHARD)}
@@ -43,9 +45,13 @@ except Exception as exc:  # reported per row and in the summary, the baselines s
     _SGL_IMPORT_ERROR = short_error(exc)
 
 
-def shapes(quick: bool):
-    """(op, dtype, T, D) in run order: the acceptance shapes (plain, bf16, D = 4096) first."""
+def shapes(quick: bool, models: bool = False):
+    """(op, dtype, T, D) in run order: the acceptance shapes (plain, bf16, D = 4096) first.
+    ``models``: the plain gather at the hidden sizes of benchmark/models.py (D = hidden) that
+    the default list lacks."""
     bf16 = torch.bfloat16
+    if models:
+        return [("embedding_lookup", bf16, t, d) for d in hidden_sizes(skip=(4096, 8192)) for t in MODEL_T_EMBED]
     if quick:
         return [
             ("embedding_lookup", bf16, 1, 4096),
@@ -109,7 +115,7 @@ def build(args: argparse.Namespace) -> Bench:
         bench.notes.append(f"import sgl_kernel FAILED: {_SGL_IMPORT_ERROR}")
 
     weights = {}  # (dtype, D) -> the table, shared by every case and rotated set that uses it
-    for op, dtype, t, d in shapes(args.quick):
+    for op, dtype, t, d in shapes(args.quick, args.models):
         if op not in ops:
             continue
         vocab_range = VOCAB_RANGE[op]
@@ -142,7 +148,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":

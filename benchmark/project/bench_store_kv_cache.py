@@ -2,7 +2,7 @@
 """Benchmark of store_kv_cache (set_kv_buffer_kernel) against PyTorch indexing
 (``k_cache[loc] = k; v_cache[loc] = v``, eager and torch.compile).
 
-    python benchmark/project/bench_store_kv_cache.py --out bench_out [--quick] [--no-compile]
+    python benchmark/project/bench_store_kv_cache.py --out bench_out [--quick | --models] [--no-compile]
 
 Layout: separate contiguous k and v caches of [slots, H, D] (one layer of an MHA token pool),
 k and v [n, H, D], n distinct random locations. The cache pool is shared by the rotated
@@ -25,9 +25,11 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
+from benchmark.models import kv_layouts  # noqa: E402
 from tests.project.ref_store_kv_cache import store_kv_cache_torch  # noqa: E402
 
 OPS = ("store_kv_cache",)
+MODEL_N_KV = (16, 8192)  # --models
 
 try:
     import sgl_kernel
@@ -38,8 +40,13 @@ except Exception as exc:  # reported per row and in the summary, the baselines s
     _SGL_IMPORT_ERROR = short_error(exc)
 
 
-def shapes(quick: bool):
-    """(n, H, D) in run order: the acceptance shapes (H = 32, D = 128: 8 KB bf16 rows) first."""
+def shapes(quick: bool, models: bool = False):
+    """(n, H, D) in run order: the acceptance shapes (H = 32, D = 128: 8 KB bf16 rows) first.
+    ``models``: the KV rows one rank of a TP 1 / TP 8 engine writes (benchmark/models.py) that
+    the default list lacks."""
+    if models:
+        return [(n, h, d) for h, d in kv_layouts() if (h, d) not in ((32, 128), (8, 128), (1, 576))
+                for n in MODEL_N_KV]
     if quick:
         return [(1, 32, 128), (128, 32, 128), (8192, 32, 128), (1024, 8, 128)]
     out = [(n, 32, 128) for n in (1, 16, 128, 1024, 8192, 32768)]
@@ -86,7 +93,7 @@ def build(args: argparse.Namespace) -> Bench:
 
     dtype = torch.bfloat16
     elt = torch.empty((), dtype=dtype).element_size()
-    for n, heads, dim in shapes(args.quick):
+    for n, heads, dim in shapes(args.quick, args.models):
         slots = max(4 * n, 4096)
         pool = {}
 
@@ -115,7 +122,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":

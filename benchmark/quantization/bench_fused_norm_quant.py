@@ -4,7 +4,7 @@ two-kernel sequence they replace (sgl_kernel.rmsnorm / fused_add_rmsnorm, then
 sgl_per_token_group_quant_8bit) and against torch eager and torch.compile of the fp32
 reference (tests/quantization/ref_quant.py).
 
-    python benchmark/quantization/bench_fused_norm_quant.py --out bench_out [--quick] [--ops OP ...] [--no-compile]
+    python benchmark/quantization/bench_fused_norm_quant.py --out bench_out [--quick | --models] [--ops OP ...] [--no-compile]
     python -m benchmark.quantization.bench_fused_norm_quant --dry-run --out /tmp/b   # no GPU: the plumbing only
 
 Ops (names in the table), all bf16 input/residual/weight [H], group 128, e4m3 codes,
@@ -62,6 +62,7 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main  # noqa: E402
+from benchmark.models import hidden_sizes  # noqa: E402
 from benchmark.quantization.common import (  # noqa: E402
     add_providers,
     SCALE_RTOL,
@@ -93,6 +94,7 @@ GROUP = 128
 RMS_EPS = 1e-6
 DECODE_T = (1, 16, 128)  # DESIGN.md 9: <= 2 us in a CUDA graph
 T_ALL = (1, 16, 128, 1024, 4096, 32768)
+MODEL_T_NQ = (16, 4096)  # --models
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,13 @@ SPECS = {
 OPS = tuple(SPECS)
 
 
-def shapes(quick: bool):
+def shapes(quick: bool, models: bool = False):
     """(op, dtype, T, H) in run order: the row-major ops at H=4096 first, then the packed
-    UE8M0 layout at DeepSeek's H=7168."""
+    UE8M0 layout at DeepSeek's H=7168. ``models``: the row-major ops at the hidden sizes of
+    benchmark/models.py that the default list lacks."""
+    if models:
+        return [(op, BF16, t, h) for h in hidden_sizes(skip=(4096, 16384)) for t in MODEL_T_NQ
+                for op in ("rmsnorm_q", "add_rmsnorm_q")]
     if quick:
         return [
             ("rmsnorm_q", BF16, 1, 4096),  # decode: L2-hot in a graph
@@ -268,7 +274,7 @@ def build(args: argparse.Namespace) -> Bench:
         two_kernel=lambda op: two_kernel_fn(SPECS[op], args.dry_run),
     )
 
-    for op, dtype, t, h in shapes(args.quick):
+    for op, dtype, t, h in shapes(args.quick, args.models):
         if op not in ops:
             continue
         spec = SPECS[op]
@@ -298,7 +304,7 @@ def build(args: argparse.Namespace) -> Bench:
 
 
 def main(argv=None) -> int:
-    return cli_main(build, __doc__, argv)
+    return cli_main(build, __doc__, argv, models=True)
 
 
 if __name__ == "__main__":
