@@ -154,7 +154,8 @@ def test_correctness_fp32(op, batch, hidden, gen):
 
 # The decode kernel (norm.cu: <= 256 rows, hidden a multiple of 512 up to 8192, fused up to
 # 7168) at its shapes and limits, and the shapes just past them that take the other kernels
-# (257 rows, hidden 640, 8192 fused, 12288, 16384 beyond 16 rows). On sm90+, hidden >= 16384
+# (257 rows, hidden 640, 8192 fused, 12288 plain (the fused op's clusters from 12288: below),
+# 16384 beyond 16 rows). On sm90+, hidden >= 16384
 # runs in clusters of 8 blocks per row up to 16 rows (16 blocks at >= 32768 up to 4 rows;
 # decode_cluster_blocks): the row counts on either side of each limit; (1, 16896) is no
 # multiple of 8 * 512 (no cluster).
