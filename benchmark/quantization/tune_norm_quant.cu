@@ -794,6 +794,11 @@ int run(int argc, char** argv) {
         vs.push_back(shape_variant<4, 96, 128>(Tn, H));
         vs.push_back(shape_variant<8, 128, 128>(Tn, H));
         vs.push_back(shape_variant<8, 128, 256>(Tn, H));
+        vs.push_back(shape_variant<9, 128, 128>(Tn, H));
+        vs.push_back(shape_variant<9, 128, 64>(Tn, H));
+        vs.push_back(shape_variant<9, 128, 256>(Tn, H));
+        vs.push_back(shape_variant<6, 128, 128>(Tn, H));
+        vs.push_back(shape_variant<5, 128, 128>(Tn, H));
         if (names.empty())
           for (auto& v : vs) names.push_back(v.name);
         cells.resize(vs.size());

@@ -122,13 +122,19 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
   const bool clamp = needs_clamp<kCode>(p.qmin, p.qmax);
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
   float inv[kVpt];
-  if (vpg >= kVpt) {
-    // One scale per lane: vpg / kVpt lanes share each (group, k); the first stores it, and
-    // every lane fetches the kVpt inverses it needs from the lanes that hold them.
-    const int span = vpg / kVpt;
-    const int own = (lane / span) % kVpt;
-    const float s = scale_from_amax(__float_as_uint(group_max_split<kVpt>(amax, vpg, lane)), p.eps, p.qmax);
-    const bool store = (lane & (span - 1)) == 0 && exists(own);
+  // kVpt rounded up to a power of two (group_max_split's count; 9 -> 16, with maxima of 0).
+  constexpr int kSplitK = kVpt <= 1 ? 1 : 1 << (32 - __builtin_clz(static_cast<unsigned>(kVpt - 1)));
+  if (vpg >= kSplitK) {
+    // One scale per lane: vpg / kSplitK lanes share each (group, k); the first stores it, and
+    // every lane fetches the kVpt inverses it needs from the lanes that hold them (lanes whose
+    // k is kVpt or more hold a padding maximum, and store nothing).
+    float amax_k[kSplitK];
+#pragma unroll
+    for (int k = 0; k < kSplitK; ++k) amax_k[k] = k < kVpt ? amax[k < kVpt ? k : 0] : 0.0f;
+    const int span = vpg / kSplitK;
+    const int own = (lane / span) % kSplitK;
+    const float s = scale_from_amax(__float_as_uint(group_max_split<kSplitK>(amax_k, vpg, lane)), p.eps, p.qmax);
+    const bool store = (lane & (span - 1)) == 0 && own < kVpt && exists(own);
     const float used = store ? store_scale(p.scales, expert, token, (lane + own * tpr) >> vpg_log2, s)
                              : codes_scale(p.scales, s);
     const float mine = inverse_scale(used);
@@ -209,9 +215,10 @@ __global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantP
   }
 }
 
-// Decode kernel (<= 256 rows, e4m3 codes without a clamp, groups of 128, hidden a multiple of
-// 512 up to 16384, row-major fp32 or packed UE8M0 scales): a block per row, warp w holding
-// groups 4w .. 4w + 3, four elements of each per lane. A group's maximum is then one warp-wide
+// Decode kernel (<= 256 rows, e4m3 codes without a clamp, groups of 128, row-major fp32 or
+// packed UE8M0 scales; rows of a multiple of 512 elements up to 16384 in a block, and of 256 or
+// 128 up to 8192 or 4096 with kK = 2 or 1 groups a warp): a block per row, warp w holding
+// groups 4w .. 4w + 3 (kK = 4), four elements of each per lane. A group's maximum is then one warp-wide
 // integer max (redux.sync on the bits of non-negative floats, NaN included), no shuffle tree;
 // lane k < 4 divides out group 4w + k's scale and the lanes fetch the inverses. Group width,
 // clamp and scale layout are compile-time: in the general vector kernel below, those run-time
@@ -222,9 +229,11 @@ enum class DecodeScales { kRowF32, kPackedUe8m0 };
 constexpr int kDecodeGroup = 128;
 constexpr int kDecodeGroupsPerLane = 4;
 constexpr int kDecodeMaxThreads = 1024;
-// The plain quant's decode kernel with 2 or 1 groups a warp (row-major scales): rows of a
-// multiple of 256 or 128 elements, not of 512, from this length (bf16 H=1152, 2304, 3840,
-// 5376 and MLP shards such as 1792 or 3456, which took the flat kernel of group_quant.cu).
+// 2 or 1 groups a warp (decode_groups_per_warp): rows of a multiple of 256 or 128 elements,
+// not of 512 (bf16 H=896, 1152, 2304, 3840, 5376, MLP shards such as 1792 or 3456). The norm
+// ops took the general vector kernel there (H100, bench_fused_norm_quant.py --models, T=16:
+// rmsnorm_q 1.81-2.61 us against 1.41-1.47 at the multiples of 512 around them); the plain
+// quant took the flat kernel of group_quant.cu, which it keeps below this length.
 constexpr int64_t kDecodeFewGroupsMin = 768;
 
 // kNorm = false: no norm (y = x, weight and residual unused): the plain per-token-group
@@ -272,6 +281,18 @@ constexpr int64_t kDecodeFewGroupsMin = 768;
 // 1.38 / 1.75 -> 1.30 / 1.35 / 1.72, plain H=7168 (one block a row) 1.59 / 1.65 / 2.15 -> 1.55 /
 // 1.60 / 2.11, add H=7168 2.01 / 2.05 / 2.65 -> 1.97 / 2.02 / 2.64; row-major plain H=4096 1.31
 // / 1.37 / 1.68 -> 1.29 / 1.35 / 1.65.
+// The low n bytes of v (n = 1..4) to dst .. dst + n - 1, as wide stores as dst's alignment
+// allows (dst lies inside an int32 word, dst + n at most at its end).
+__device__ __forceinline__ void store_word_bytes(uint8_t* dst, uint32_t v, int n) {
+  if (n == 4) {
+    *reinterpret_cast<uint32_t*>(dst) = v;
+  } else if (n == 2 && reinterpret_cast<uintptr_t>(dst) % 2 == 0) {
+    *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(v);
+  } else {
+    for (int b = 0; b < n; ++b) dst[b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+}
+
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
           PdlTrigger kTrig = PdlTrigger::kEarly, int kK = kDecodeGroupsPerLane, bool kPieces = false>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
@@ -279,8 +300,8 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   using V = Vec<T, kElems>;
   static_assert(!kPieces || (!kNorm && !kCluster && kSplit == 1), "pieces: the plain quant (no row-wide sum)");
   static_assert(kK == 1 || kK == 2 || kK == 4, "groups a warp: a power of two up to 4");
-  static_assert(kK == kDecodeGroupsPerLane || (!kNorm && kScales == DecodeScales::kRowF32),
-                "2 or 1 groups a warp: the plain quant with row-major scales only");
+  static_assert(kK == kDecodeGroupsPerLane || (!kCluster && kSplit == 1),
+                "2 or 1 groups a warp: one block a row, or pieces of the plain quant");
   static_assert(kNorm || !kCluster, "clusters share a row's sum of squares");
   static_assert((kNorm && !kCluster && !kFused) || kSplit == 1,
                 "split rows: the norm only, without a cluster, and not the fused op (its in-place residual)");
@@ -318,10 +339,13 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   // length as a float, qmax and its reciprocal, and where this lane's scale goes (row-major:
   // group warp * kK + mine; packed: the warp's int32 word).
   float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  // (Packed with kK < 4: the warp's bytes start at byte (warp * kK) % 4 of word warp * kK / 4.)
   void* scale_at = kScales == DecodeScales::kRowF32
                        ? static_cast<void*>(static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine)
-                       : static_cast<void*>(static_cast<uint32_t*>(p.scales.ptr) + row * p.scales.stride_m +
-                                            warp * p.scales.stride_g);
+                       : static_cast<void*>(reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.scales.ptr) +
+                                                                       row * p.scales.stride_m +
+                                                                       (warp * kK / 4) * p.scales.stride_g) +
+                                            (warp * kK) % 4);
   asm volatile("" : "+f"(hidden_f), "+f"(qmax), "+f"(qmax_r), "+l"(scale_at));
   const bool q_ok = qmax_recip_ok(qmax);
   if constexpr (kNorm) {
@@ -393,11 +417,19 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   } else {
     // A warp's four groups fill one int32 word (byte k = group warp * 4 + k): OR the lanes'
     // exponent bytes together and store the word once (byte stores from four lanes, as the
-    // general kernel does, measured slower at T=128).
-    static_assert(kK == 4, "one packed word a warp");
+    // general kernel does, measured slower at T=128). With 2 or 1 groups a warp, lane 0 stores
+    // the warp's kK bytes, and the row's last warp also the zeros of its word's unused bytes.
     const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
     const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
-    if (lane == 0) *static_cast<uint32_t*>(scale_at) = word;
+    if (lane == 0) {
+      if constexpr (kK == 4) {
+        *static_cast<uint32_t*>(scale_at) = word;
+      } else {
+        const int off = (warp * kK) % 4;
+        const bool last = static_cast<int64_t>(warp + 1) * (kK * kDecodeGroup) >= p.hidden;
+        store_word_bytes(static_cast<uint8_t*>(scale_at), word, last ? 4 - off : kK);
+      }
+    }
   }
   uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden + part;
 #pragma unroll
@@ -416,7 +448,13 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
 //   plain H=16384, T=1/4/8/16: c1 2.87/2.90/2.96/2.99, c4 2.23/2.27/2.26/2.36, c8 2.21/2.19/2.20/2.39
 //   plain H=32768, T=1/4/8/16: c4 2.85/2.86/2.89/3.04, c8 2.33/2.34/2.40/2.93
 // (packed UE8M0 scales alike; c2 slower than c4 everywhere). Rows over 32 not measured.
-int norm_decode_cluster_blocks(int64_t rows, int64_t hidden) {
+// Session 25 (H100, the same tune, fused H=12288, T = 1 / 16 / 32 / 64 / 128): c1 2.42 / 2.55 /
+// 2.63 / 2.80 / 3.34, c4 2.08 / 2.19 / 2.59 / 3.56 / 5.20, c8 2.05 / 2.26 / 2.96 / 4.32 / 6.82;
+// fused H=8192: c1 1.95 / 2.05 / 2.11, c4 1.99 / 2.07 / 2.28 (kept at one block). So the fused
+// op's rows from 12288 elements take 4 blocks up to 16 rows (the plain op splits them instead,
+// norm_decode_split).
+int norm_decode_cluster_blocks(int64_t rows, int64_t hidden, bool fused) {
+  if (fused && hidden >= 12288 && hidden < 16384) return rows <= 16 ? 4 : 1;
   if (hidden < 16384 || rows > 32) return 1;
   return rows <= 8 || hidden >= 32768 ? 8 : 4;
 }
@@ -449,7 +487,7 @@ int norm_decode_split(int64_t rows, int64_t warps) {
   return warps % 2 == 0 ? 2 : 1;
 }
 
-// The plain norm op's decode kernel with `split` blocks per row (1, 2 or 4).
+// The plain norm op's decode kernel with `split` blocks per row (1, 2 or 4; 4 groups a warp).
 template <typename T, DecodeScales kScales>
 cudaError_t launch_norm_decode_split(const RowQuantParams<T>& p, int split, dim3 grid, dim3 block, cudaStream_t stream) {
   auto* kernel = split == 4   ? norm_quant_decode_kernel<T, false, kScales, true, false, 4>
@@ -458,88 +496,95 @@ cudaError_t launch_norm_decode_split(const RowQuantParams<T>& p, int split, dim3
   return launch_kernel(kernel, grid, block, 0, stream, p.enable_pdl, p);
 }
 
+// The decode kernel without a cluster or a split at gpw groups a warp (4, 2 or 1); kPieces:
+// the plain quant's rows of more than 32 warps, grid (pieces, rows).
+template <typename T, bool kFused, bool kNorm, DecodeScales kScales, bool kPieces = false>
+cudaError_t launch_decode_gpw(const RowQuantParams<T>& p, int gpw, dim3 grid, dim3 block, cudaStream_t stream) {
+  constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
+  switch (gpw) {
+    case 1:
+      return launch_kernel(norm_quant_decode_kernel<T, kFused, kScales, kNorm, false, 1, kEarly, 1, kPieces>, grid,
+                           block, 0, stream, p.enable_pdl, p);
+    case 2:
+      return launch_kernel(norm_quant_decode_kernel<T, kFused, kScales, kNorm, false, 1, kEarly, 2, kPieces>, grid,
+                           block, 0, stream, p.enable_pdl, p);
+    default:
+      return launch_kernel(norm_quant_decode_kernel<T, kFused, kScales, kNorm, false, 1, kEarly, 4, kPieces>, grid,
+                           block, 0, stream, p.enable_pdl, p);
+  }
+}
+
+// Groups a warp of the decode kernel for a row of `hidden` elements (a multiple of 128): 4
+// where the row is a multiple of 512 elements, else 2 or 1 (a multiple of 256 or of 128 only),
+// for the plain quant from kDecodeFewGroupsMin elements (shorter rows: 4, which then does not
+// apply, and the flat kernel of group_quant.cu runs). Rows of 2 or 1 groups a warp hold at most
+// 8192 or 4096 elements in a block.
+inline int decode_groups_per_warp(int64_t hidden, bool norm) {
+  if (hidden % (4 * kDecodeGroup) == 0 || (!norm && hidden < kDecodeFewGroupsMin)) return kDecodeGroupsPerLane;
+  return hidden % (2 * kDecodeGroup) == 0 ? 2 : 1;
+}
+
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
 // without a weight: kNorm = false); cudaErrorNotSupported otherwise. cs: blocks per row in a
 // cluster for the norm ops, -1 for norm_decode_cluster_blocks' choice; split: blocks per row
 // without a cluster for the plain norm op, -1 for norm_decode_split's (tune sweeps pass
-// others; the fused op and the plain quant take no split).
+// others; the fused op and the plain quant take no split; clusters and splits need 4 groups a
+// warp).
 template <typename T>
 cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, int cs = -1, int split = -1) {
   constexpr int kVecBytes = 4 * sizeof(T);  // a lane's loads: 4 elements
   const bool row_f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0 && p.scales.stride_g == 1;
-  // Groups a warp: 4; the plain quant with row-major scales also takes rows of an odd number
-  // of pairs of groups or of groups (2 or 1 a warp) from kDecodeFewGroupsMin elements.
-  int gpw = kDecodeGroupsPerLane;
-  if (p.weight == nullptr && row_f32 && p.hidden >= kDecodeFewGroupsMin && p.hidden % (4 * kDecodeGroup) != 0) {
-    gpw = p.hidden % (2 * kDecodeGroup) == 0 ? 2 : 1;
-  }
+  const bool norm = p.weight != nullptr;
+  const int gpw = decode_groups_per_warp(p.hidden, norm);
   const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
   auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
   if (p.rows > 256 || p.group_size != kDecodeGroup || p.hidden % per_warp != 0 ||
       needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) || (!row_f32 && !p.scales.packed_ue8m0) ||
-      !aligned(p.input, p.input_stride) || (p.weight != nullptr && !aligned(p.weight, 0)) ||
+      !aligned(p.input, p.input_stride) || (norm && !aligned(p.weight, 0)) ||
       (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
       reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
     return cudaErrorNotSupported;
   }
   const bool fused = p.residual != nullptr;
-  if (p.weight != nullptr) {
-    if (cs < 0) cs = norm_decode_cluster_blocks(p.rows, p.hidden);
+  constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+  if (norm && gpw == kDecodeGroupsPerLane) {
+    if (cs < 0) cs = norm_decode_cluster_blocks(p.rows, p.hidden, fused);
     if (cs > 1 && p.hidden % (per_warp * cs) == 0 && p.hidden / cs / per_warp * 32 <= kDecodeMaxThreads) {
       const int threads = static_cast<int>(p.hidden / cs / per_warp * 32);
-      const cudaError_t err =
-          row_f32 ? (fused ? launch_norm_decode_cluster<T, true, DecodeScales::kRowF32>(p, cs, threads, stream)
-                           : launch_norm_decode_cluster<T, false, DecodeScales::kRowF32>(p, cs, threads, stream))
-                  : (fused ? launch_norm_decode_cluster<T, true, DecodeScales::kPackedUe8m0>(p, cs, threads, stream)
-                           : launch_norm_decode_cluster<T, false, DecodeScales::kPackedUe8m0>(p, cs, threads, stream));
+      const cudaError_t err = row_f32 ? (fused ? launch_norm_decode_cluster<T, true, kRow>(p, cs, threads, stream)
+                                               : launch_norm_decode_cluster<T, false, kRow>(p, cs, threads, stream))
+                                      : (fused ? launch_norm_decode_cluster<T, true, kPacked>(p, cs, threads, stream)
+                                               : launch_norm_decode_cluster<T, false, kPacked>(p, cs, threads, stream));
       if (err != cudaErrorNotSupported) return err;
     }
   }
   const int64_t warps = p.hidden / per_warp;
-  if (warps * 32 > kDecodeMaxThreads && p.weight == nullptr && row_f32) {
+  if (warps * 32 > kDecodeMaxThreads) {
     // The plain quant's rows of more than 32 warps: pieces of at most 32 warps, a block each.
+    if (norm) return cudaErrorNotSupported;
     const int64_t pieces = (warps * 32 + kDecodeMaxThreads - 1) / kDecodeMaxThreads;
     const dim3 grid(static_cast<uint32_t>(pieces), static_cast<uint32_t>(p.rows));
     const dim3 block(static_cast<uint32_t>((warps + pieces - 1) / pieces * 32));
-    constexpr DecodeScales kRow = DecodeScales::kRowF32;
-    constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
-    switch (gpw) {
-      case 1: return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 1, true>, grid,
-                                   block, 0, stream, p.enable_pdl, p);
-      case 2: return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 2, true>, grid,
-                                   block, 0, stream, p.enable_pdl, p);
-      default: return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 4, true>, grid,
-                                    block, 0, stream, p.enable_pdl, p);
-    }
+    return row_f32 ? launch_decode_gpw<T, false, false, kRow, true>(p, gpw, grid, block, stream)
+                   : launch_decode_gpw<T, false, false, kPacked, true>(p, gpw, grid, block, stream);
   }
-  if (warps * 32 > kDecodeMaxThreads) return cudaErrorNotSupported;
   if (split < 0) split = norm_decode_split(p.rows, warps);
-  if (p.weight == nullptr || fused || (split != 2 && split != 4) || warps % split != 0) split = 1;
+  if (!norm || fused || gpw != kDecodeGroupsPerLane || (split != 2 && split != 4) || warps % split != 0) split = 1;
   const dim3 grid(static_cast<uint32_t>(p.rows * split)), block(static_cast<uint32_t>(warps * 32));
-  if (p.weight == nullptr) {
-    constexpr DecodeScales kRow = DecodeScales::kRowF32;
-    constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
-    if (gpw == 2) {
-      return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 2>, grid, block, 0,
-                           stream, p.enable_pdl, p);
-    }
-    if (gpw == 1) {
-      return launch_kernel(norm_quant_decode_kernel<T, false, kRow, false, false, 1, kEarly, 1>, grid, block, 0,
-                           stream, p.enable_pdl, p);
-    }
-    return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, false>, grid, block, 0,
-                                   stream, p.enable_pdl, p)
-                   : launch_kernel(norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, false>, grid, block,
-                                   0, stream, p.enable_pdl, p);
+  if (!norm) {
+    return row_f32 ? launch_decode_gpw<T, false, false, kRow>(p, gpw, grid, block, stream)
+                   : launch_decode_gpw<T, false, false, kPacked>(p, gpw, grid, block, stream);
   }
   if (fused) {
-    return row_f32 ? launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kRowF32>, grid, block, 0, stream,
-                                   p.enable_pdl, p)
-                   : launch_kernel(norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0>, grid, block, 0,
-                                   stream, p.enable_pdl, p);
+    return row_f32 ? launch_decode_gpw<T, true, true, kRow>(p, gpw, grid, block, stream)
+                   : launch_decode_gpw<T, true, true, kPacked>(p, gpw, grid, block, stream);
   }
-  return row_f32 ? launch_norm_decode_split<T, DecodeScales::kRowF32>(p, split, grid, block, stream)
-                 : launch_norm_decode_split<T, DecodeScales::kPackedUe8m0>(p, split, grid, block, stream);
+  if (gpw != kDecodeGroupsPerLane) {
+    return row_f32 ? launch_decode_gpw<T, false, true, kRow>(p, gpw, grid, block, stream)
+                   : launch_decode_gpw<T, false, true, kPacked>(p, gpw, grid, block, stream);
+  }
+  return row_f32 ? launch_norm_decode_split<T, kRow>(p, split, grid, block, stream)
+                 : launch_norm_decode_split<T, kPacked>(p, split, grid, block, stream);
 }
 
 template <typename T, QuantCode kCode, int kVpt, int kMaxRegs, bool kFused, bool kNorm = true>
@@ -552,9 +597,11 @@ cudaError_t launch_norm_vec(const RowQuantParams<T>& p, int tpr, int block_threa
                        p.enable_pdl, p, vpg_log2);
 }
 
-// One vector-path configuration: vectors a lane, register cap, threads a block.
+// One vector-path configuration: vectors a lane, register cap, threads a block, and the
+// fewest rows it is tried at.
 struct NormQuantShape {
   int vpt, max_regs, block_threads;
+  int64_t min_rows = 0;
 };
 
 template <typename T, QuantCode kCode, bool kFused, bool kNorm>
@@ -568,6 +615,7 @@ cudaError_t launch_norm_shape(const RowQuantParams<T>& p, const NormQuantShape& 
   SGL_NQ_CASE(2, 64)
   SGL_NQ_CASE(4, 64)
   SGL_NQ_CASE(8, 128)
+  SGL_NQ_CASE(9, 128)
 #undef SGL_NQ_CASE
   return cudaErrorNotSupported;
 }
@@ -581,7 +629,18 @@ cudaError_t launch_norm_shape(const RowQuantParams<T>& p, const NormQuantShape& 
 // vectors / 256-thread blocks 128.6; fused add 229.4 against 229.0; H=7168 238.7 / 241.3);
 // the 4-vector shape was up to 2 % faster at T=1024-4096 for H=4096.
 constexpr NormQuantShape kDecodeShapes[] = {{2, 64, 128}, {1, 64, 128}, {4, 64, 128}, {8, 128, 128}};
+// The plain op also takes 9 vectors a lane from 2048 rows, for rows of 144 / 288 / 576
+// vectors (bf16 H=1152 / 2304 / 4608: 9 x 16 / 32 / 64 lanes), which took 2 or 4 vectors on
+// 96 lanes or more, a lane's last vector often past the row's end. Session 25 (H100,
+// tune_norm_quant.cu "v9r128b128" against the shape that ran, us at T = 1024 / 4096 / 16384):
+// H=1152 4.02 / 9.39 / 25.56 against 2.90 / 11.80 / 39.96, H=2304 6.23 / 15.00 / 45.83 against
+// 5.52 / 15.49 / 52.04, H=4608 9.46 / 25.85 / 88.25 against 9.28 / 28.67 / 102.77; at T=512
+// 1.3-1.7x slower (a lane's 9 vectors in sequence, too few lanes in flight). The fused op
+// gained at most 3 % (H=1152) and lost 1 % at H=4608: not taken; nor the plain group quant
+// (8-20 % slower).
 constexpr NormQuantShape kManyRowShapes[] = {{8, 128, 128}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
+constexpr NormQuantShape kManyRowPlainShapes[] = {
+    {8, 128, 128}, {9, 128, 128, 2048}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
 // The plain group quant (no norm), rows > 256: 4 vectors a lane, 128-thread blocks (H=4096
 // T=32768 97.7 us against 110.3 for the flat kernel of group_quant.cu, T=4096 14.3 / 15.9,
 // T=1024 5.31 / 5.54; H=7168 T=32768 170.5 / 191.2). The flat kernel stays faster below
@@ -593,6 +652,7 @@ cudaError_t launch_shapes(const RowQuantParams<T>& p, int hv, int vpg, const Nor
                           cudaStream_t stream) {
   const int vpg_log2 = __builtin_ctz(static_cast<unsigned>(vpg));
   for (const NormQuantShape& s : shapes) {
+    if (p.rows < s.min_rows) continue;
     // A quantization group (vpg lanes at one k) must not straddle row groups: tpr >= vpg.
     const int tpr = row_group_threads(hv, s.vpt, vpg, norm_quant_max_threads(s.max_regs));
     if (tpr == 0) continue;
@@ -617,9 +677,12 @@ cudaError_t launch_norm_code(const RowQuantParams<T>& p, cudaStream_t stream) {
   if (vec_ok) {
     const int hv = static_cast<int>(p.hidden / kVec);
     const int vpg = p.group_size / kVec;
-    const auto& shapes = p.rows <= 256 ? kDecodeShapes : kManyRowShapes;
-    const cudaError_t err = fused ? launch_shapes<T, kCode, true, true>(p, hv, vpg, shapes, stream)
-                                  : launch_shapes<T, kCode, false, true>(p, hv, vpg, shapes, stream);
+    const bool decode = p.rows <= 256;
+    const cudaError_t err =
+        fused ? (decode ? launch_shapes<T, kCode, true, true>(p, hv, vpg, kDecodeShapes, stream)
+                        : launch_shapes<T, kCode, true, true>(p, hv, vpg, kManyRowShapes, stream))
+              : (decode ? launch_shapes<T, kCode, false, true>(p, hv, vpg, kDecodeShapes, stream)
+                        : launch_shapes<T, kCode, false, true>(p, hv, vpg, kManyRowPlainShapes, stream));
     if (err != cudaErrorNotSupported) return err;
   }
   const dim3 grid(static_cast<uint32_t>(p.rows)), block(static_cast<uint32_t>(scalar_row_threads(p.rows, p.hidden)));

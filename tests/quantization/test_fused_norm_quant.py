@@ -257,10 +257,11 @@ def test_large_hidden(op, dtype, hidden, tokens, gen):
 
 
 # norm_quant.cu's decode kernel in clusters (sm90+, hidden >= 16384, up to 32 rows: 8 blocks a
-# row up to 8 rows, then 4 (8 at hidden 32768); norm_decode_cluster_blocks) and, for the plain
-# op, split rows (7168, 8192, 12288: up to 32 rows, 4 blocks a row up to 16 where the warps
-# divide by 4, else 2; norm_decode_split): both scale layouts the kernel takes (row-major
-# fp32, packed UE8M0) and the row counts on either side of each limit.
+# row up to 8 rows, then 4 (8 at hidden 32768); the fused op's 12288 up to 16 rows in 4 blocks;
+# norm_decode_cluster_blocks) and, for the plain op, split rows (7168, 8192, 12288: up to 32
+# rows, 4 blocks a row up to 16 where the warps divide by 4, else 2; norm_decode_split): both
+# scale layouts the kernel takes (row-major fp32, packed UE8M0) and the row counts on either
+# side of each limit.
 @pytest.mark.parametrize("tokens", [1, 8, 9, 16, 17, 32, 33])
 @pytest.mark.parametrize("hidden", [7168, 8192, 12288, 16384, 32768])
 @pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
@@ -268,6 +269,44 @@ def test_large_hidden(op, dtype, hidden, tokens, gen):
 def test_decode_clusters(op, layout, hidden, tokens, gen):
     x, r, w = _make(op, tokens, hidden, torch.bfloat16, gen)
     _run_check(op, x, r, w, 128, FP8, layout)
+
+
+# norm_quant.cu's decode kernel at 2 or 1 groups a warp (decode_groups_per_warp): rows of a
+# multiple of 256 or 128 elements, not of 512, up to 256 rows (128: 1 warp of 1 group, 384: 3
+# of 1, 640: 5 of 1, 896: 7 of 1, 1152: 9 of 1, 2304: 9 of 2, 3840: 15 of 2, 5376: 21 of 2,
+# 7936: 31 of 2). Packed UE8M0 rows end mid-word there (the last word's unused bytes written 0).
+# 4224 (33 warps of 1) and 8448 (33 of 2) exceed a block and take the vector kernel; 257 rows
+# the many-row kernels.
+FEW_GROUP_HIDDEN = [128, 384, 640, 896, 1152, 2304, 3840, 5376, 7936, 4224, 8448]
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 256, 257])
+@pytest.mark.parametrize("hidden", FEW_GROUP_HIDDEN)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
+@pytest.mark.parametrize("op", OPS)
+def test_decode_few_groups_a_warp(op, dtype, layout, hidden, tokens, gen):
+    x, r, w = _make(op, tokens, hidden, dtype, gen)
+    _run_check(op, x, r, w, 128, FP8, layout)
+
+
+# The plain op's many-row vector kernel at 9 vectors a lane (from 2048 rows; norm_quant.cu
+# kManyRowPlainShapes): 16-bit rows of 1152 / 2304 / 4608 elements (9 vectors on 16 / 32 / 64
+# lanes), fp32 rows of 1152 / 2304 (9 on 32 / 64); the group maxima then come from a split over
+# 16 values a lane, 7 of them padding (g=128 16-bit, g=256; g=64 reduces per vector). Both
+# codes, every layout, a partial last block (2049 rows) and the fused op on the same rows.
+@pytest.mark.parametrize("hidden", [1152, 2304, 4608])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype, group_size", DTYPE_GROUPS, ids=[f"{_dt(d)}-g{g}" for d, g in DTYPE_GROUPS])
+@pytest.mark.parametrize("op", OPS)
+def test_many_rows_nine_vectors(op, dtype, group_size, layout, hidden, gen):
+    if hidden % group_size:
+        pytest.skip(f"hidden {hidden} is not a multiple of group_size {group_size}")
+    x, r, w = _make(op, 2049, hidden, dtype, gen)
+    _run_check(op, x, r, w, group_size, FP8, layout)
+    if layout == "row":
+        x, r, w = _make(op, 2048, hidden, dtype, gen)
+        _run_check(op, x, r, w, group_size, torch.int8, layout)
 
 
 @pytest.mark.parametrize("how", ["wrapper", "op"])

@@ -252,11 +252,12 @@ def test_matrix_bf16_fp8_g128(tokens, hidden, gen):
     _assert_bitwise(first, second)
 
 
-# Decode rows (<= 256) of g=128 fp8 with row-major scales take norm_quant.cu's decode kernel:
-# 4 groups a warp where 512 divides the row, and from 768 elements 2 or 1 groups a warp where
-# 256 or 128 does (768: 3 warps of 2, 896: 7 of 1, 1152: 9 of 1, 2304: 9 of 2, 3456: 27 of 1,
-# 3840: 15 of 2; 4224: 33 of 1, in two pieces as below). 640 (below 768) takes the flat
-# kernel, and so does the column-major layout at every length.
+# Decode rows (<= 256) of g=128 fp8 with row-major or packed UE8M0 scales take norm_quant.cu's
+# decode kernel: 4 groups a warp where 512 divides the row, and from 768 elements 2 or 1 groups
+# a warp where 256 or 128 does (768: 3 warps of 2, 896: 7 of 1, 1152: 9 of 1, 2304: 9 of 2,
+# 3456: 27 of 1, 3840: 15 of 2; 4224: 33 of 1, in two pieces as below). Packed rows of 2 or 1
+# groups a warp end mid-word (896: 7 groups, the last word's byte 3 written 0). 640 (below 768)
+# takes the flat kernel, and so does the column-major fp32 layout at every length.
 FEW_GROUP_SHAPES = [(t, h) for t in (1, 16, 256) for h in (768, 896, 1152, 2304, 3456, 3840)] + [(3, 4224), (5, 640)]
 # Rows of more than 32 warps take the decode kernel in pieces of at most 32 warps, a block each
 # (18944: 37 warps of 4 groups, 2 pieces of 19 with one idle warp; 16896: 33 warps, 17 + 16;
@@ -266,7 +267,7 @@ PIECE_SHAPES = [(64, 18944), (100, 16896), (256, 25600), (77, 16640), (64, 16512
 
 
 @pytest.mark.parametrize("tokens, hidden", FEW_GROUP_SHAPES + PIECE_SHAPES, ids=_shape_ids(FEW_GROUP_SHAPES + PIECE_SHAPES))
-@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("layout", ["row", "col", "col_ue8m0"])
 @pytest.mark.parametrize("dtype", (torch.float32,) + HALF_DTYPES, ids=_dt)
 def test_decode_few_groups_a_warp(dtype, layout, tokens, hidden, gen):
     """Exact codes and scales at the decode kernel's 2- and 1-group-a-warp row lengths and in
