@@ -360,6 +360,31 @@ Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
   return decode_shape_variant(kTrig == PdlTrigger::kEarly ? "qd early" : "qd mid", rows, hidden, kKernels);
 }
 
+// Session 25: norm_quant.cu's decode kernel (one block a row, kK groups a warp, trigger right
+// after the wait) at any row count, against the vector kernel's shapes for many rows. Rows
+// "qd many kN".
+template <int kK>
+Variant decode_many_variant(int64_t rows, int64_t hidden) {
+  static constexpr DecodeKernel kKernels[2][2] = {
+      {norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, true, false, 1, PdlTrigger::kEarly, kK>,
+       norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, true, false, 1, PdlTrigger::kEarly, kK>},
+      {norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, PdlTrigger::kEarly, kK>,
+       norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, PdlTrigger::kEarly, kK>}};
+  Variant v;
+  v.name = "qd many k" + std::to_string(kK);
+  for (int a = 0; a < 2; ++a) {
+    const DecodeKernel row_k = kKernels[a][0], packed_k = kKernels[a][1];
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      const int64_t per_warp = int64_t{kDecodeGroup} * kK;
+      if (hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) return cudaErrorNotSupported;
+      const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
+      return launch_kernel(g_packed ? packed_k : row_k, grid, block, 0, s, true, params(b, rows, hidden, a == 1));
+    };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  return v;
+}
+
 // The decode kernel's quantization epilogue taken apart (session 20): a copy of
 // norm_quant_decode_kernel (one block a row, trigger right after the wait) with kFlags:
 // 1 = hidden and qmax converted / loaded before the wait (an empty asm pins them there);
@@ -777,6 +802,9 @@ int run(int argc, char** argv) {
           vs.push_back(diag_variant<2, 64, 2, 4>(Tn, H));
           vs.push_back(diag_variant<2, 64, 2, 7>(Tn, H));
         }
+        vs.push_back(decode_many_variant<4>(Tn, H));
+        vs.push_back(decode_many_variant<2>(Tn, H));
+        vs.push_back(decode_many_variant<1>(Tn, H));
         vs.push_back(decode_trigger_variant<PdlTrigger::kEarly>(Tn, H));
         vs.push_back(decode_trigger_variant<PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(diag_decode_variant<0>(Tn, H));

@@ -215,12 +215,13 @@ __global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantP
   }
 }
 
-// Decode kernel (<= 256 rows, e4m3 codes without a clamp, groups of 128, row-major fp32 or
-// packed UE8M0 scales; rows of a multiple of 512 elements up to 16384 in a block, and of 256 or
-// 128 up to 8192 or 4096 with kK = 2 or 1 groups a warp): a block per row, warp w holding
-// groups 4w .. 4w + 3 (kK = 4), four elements of each per lane. A group's maximum is then one warp-wide
-// integer max (redux.sync on the bits of non-negative floats, NaN included), no shuffle tree;
-// lane k < 4 divides out group 4w + k's scale and the lanes fetch the inverses. Group width,
+// Decode kernel (<= 256 rows, and the fused op's many rows where decode_takes_many_rows says
+// so; e4m3 codes without a clamp, groups of 128, row-major fp32 or packed UE8M0 scales; rows
+// of a multiple of 512 elements up to 16384 in a block, and of 256 or 128 up to 8192 or 4096
+// with kK = 2 or 1 groups a warp): a block per row, warp w holding groups 4w .. 4w + 3 (kK =
+// 4), four elements of each per lane. A group's maximum is then one warp-wide integer max
+// (redux.sync on the bits of non-negative floats, NaN included), no shuffle tree; lane k < 4
+// divides out group 4w + k's scale and the lanes fetch the inverses. Group width,
 // clamp and scale layout are compile-time: in the general vector kernel below, those run-time
 // choices cost ~0.3 us a call at T=1 (H200, bf16 H=4096: 1.64 us with all three fixed, 1.94
 // with all three run-time; benchmark/quantization/tune_norm_quant.cu --diag 1). This kernel:
@@ -524,6 +525,22 @@ inline int decode_groups_per_warp(int64_t hidden, bool norm) {
   return hidden % (2 * kDecodeGroup) == 0 ? 2 : 1;
 }
 
+// Whether the decode kernel also takes more than 256 rows: the fused op's rows of a multiple of
+// 512 elements from 4096 to 8192 (one block a row, 8 to 16 warps). Session 25 (H100,
+// tune_norm_quant.cu "qd many k4" against the vector kernel's shape, us at T = 1024 / 4096 /
+// 16384 / 32768): fused H=4096 11.49 / 40.66 / 153.7 / 312.4 against 12.90 / 42.58 / 159.1 /
+// 314.8; H=5120 14.03 / 50.55 / 196.3 / 391.0 against 16.77 / 53.26 / 198.9 / 393.1; H=7168
+// 19.36 / 70.01 / 273.8 / 542.9 against 20.55 / 71.56 / 275.7 / 548.4 (packed UE8M0 alike);
+// H=2048 and 1536 up to 4 % / 13 % slower from T=4096. The plain op lost from T=4096 at 4096
+// and at 7168 (up to 19 %), 2048 and 1536; it gained at 5120 (14-18 %, where the vector kernel
+// runs 4 vectors on 160 lanes), which no rule here covers. In bench_fused_norm_quant.py
+// --models (H100, T=4096) the fused op gained 2-6 % from 4608 to 8192 and lost 0.7 % at 12288
+// (24 warps a block): up to 8192 elements. fp32 input (16-byte loads in the decode kernel too)
+// was not measured and keeps the vector kernel.
+inline bool decode_takes_many_rows(int64_t hidden, bool fused, size_t elt_bytes) {
+  return fused && elt_bytes == 2 && hidden >= 4096 && hidden <= 8192 && hidden % (4 * kDecodeGroup) == 0;
+}
+
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
 // without a weight: kNorm = false); cudaErrorNotSupported otherwise. cs: blocks per row in a
 // cluster for the norm ops, -1 for norm_decode_cluster_blocks' choice; split: blocks per row
@@ -538,14 +555,15 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
   const int gpw = decode_groups_per_warp(p.hidden, norm);
   const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
   auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
-  if (p.rows > 256 || p.group_size != kDecodeGroup || p.hidden % per_warp != 0 ||
+  const bool fused = p.residual != nullptr;
+  if ((p.rows > 256 && !decode_takes_many_rows(p.hidden, fused, sizeof(T))) || p.group_size != kDecodeGroup ||
+      p.hidden % per_warp != 0 ||
       needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) || (!row_f32 && !p.scales.packed_ue8m0) ||
       !aligned(p.input, p.input_stride) || (norm && !aligned(p.weight, 0)) ||
       (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
       reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
     return cudaErrorNotSupported;
   }
-  const bool fused = p.residual != nullptr;
   constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
   if (norm && gpw == kDecodeGroupsPerLane) {
     if (cs < 0) cs = norm_decode_cluster_blocks(p.rows, p.hidden, fused);
