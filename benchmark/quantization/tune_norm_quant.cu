@@ -827,6 +827,12 @@ int run(int argc, char** argv) {
         vs.push_back(shape_variant<9, 128, 256>(Tn, H));
         vs.push_back(shape_variant<6, 128, 128>(Tn, H));
         vs.push_back(shape_variant<5, 128, 128>(Tn, H));
+        vs.push_back(shape_variant<4, 96, 256>(Tn, H));
+        vs.push_back(shape_variant<4, 128, 256>(Tn, H));
+        vs.push_back(shape_variant<5, 128, 256>(Tn, H));
+        vs.push_back(shape_variant<6, 128, 256>(Tn, H));
+        vs.push_back(shape_variant<2, 64, 512>(Tn, H));
+        vs.push_back(shape_variant<4, 64, 512>(Tn, H));
         if (names.empty())
           for (auto& v : vs) names.push_back(v.name);
         cells.resize(vs.size());

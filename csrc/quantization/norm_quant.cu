@@ -533,12 +533,20 @@ inline int decode_groups_per_warp(int64_t hidden, bool norm) {
 // 19.36 / 70.01 / 273.8 / 542.9 against 20.55 / 71.56 / 275.7 / 548.4 (packed UE8M0 alike);
 // H=2048 and 1536 up to 4 % / 13 % slower from T=4096. The plain op lost from T=4096 at 4096
 // and at 7168 (up to 19 %), 2048 and 1536; it gained at 5120 (14-18 %, where the vector kernel
-// runs 4 vectors on 160 lanes), which no rule here covers. In bench_fused_norm_quant.py
-// --models (H100, T=4096) the fused op gained 2-6 % from 4608 to 8192 and lost 0.7 % at 12288
-// (24 warps a block): up to 8192 elements. fp32 input (16-byte loads in the decode kernel too)
-// was not measured and keeps the vector kernel.
+// runs 4 vectors on 160 lanes). In bench_fused_norm_quant.py --models (H100, T=4096) the fused
+// op gained 2-6 % from 4608 to 8192 and lost 0.7 % at 12288 (24 warps a block): up to 8192
+// elements. The plain op takes it up to 8192 elements where the vector kernel would run 4
+// vectors a lane on more than 128 lanes (8 do not fit, nor 9 exactly: 5120 and 6656): tune, T = 1024 / 4096 / 16384, H=5120 7.98 /
+// 24.79 / 91.44 against 9.70 / 29.83 / 107.48, H=6656 10.19 / 32.45 / 121.67 against 11.17 /
+// 34.32 / 126.82. fp32 input (16-byte loads in the decode kernel too) was not measured and
+// keeps the vector kernel.
 inline bool decode_takes_many_rows(int64_t hidden, bool fused, size_t elt_bytes) {
-  return fused && elt_bytes == 2 && hidden >= 4096 && hidden <= 8192 && hidden % (4 * kDecodeGroup) == 0;
+  if (elt_bytes != 2 || hidden % (4 * kDecodeGroup) != 0) return false;
+  if (hidden > 8192) return false;
+  if (fused) return hidden >= 4096;
+  const int64_t hv = hidden / 8, vpg = kDecodeGroup / 8;  // 16-byte vectors
+  return row_group_threads(hv, 8, vpg, norm_quant_max_threads(128)) == 0 && hv % 9 != 0 &&
+         row_group_threads(hv, 4, vpg, norm_quant_max_threads(64)) > 128;
 }
 
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
@@ -620,6 +628,7 @@ cudaError_t launch_norm_vec(const RowQuantParams<T>& p, int tpr, int block_threa
 struct NormQuantShape {
   int vpt, max_regs, block_threads;
   int64_t min_rows = 0;
+  bool exact = false;  // only where vpt vectors on the row group's lanes cover the row exactly
 };
 
 template <typename T, QuantCode kCode, bool kFused, bool kNorm>
@@ -653,12 +662,14 @@ constexpr NormQuantShape kDecodeShapes[] = {{2, 64, 128}, {1, 64, 128}, {4, 64, 
 // tune_norm_quant.cu "v9r128b128" against the shape that ran, us at T = 1024 / 4096 / 16384):
 // H=1152 4.02 / 9.39 / 25.56 against 2.90 / 11.80 / 39.96, H=2304 6.23 / 15.00 / 45.83 against
 // 5.52 / 15.49 / 52.04, H=4608 9.46 / 25.85 / 88.25 against 9.28 / 28.67 / 102.77; at T=512
-// 1.3-1.7x slower (a lane's 9 vectors in sequence, too few lanes in flight). The fused op
+// 1.3-1.7x slower (a lane's 9 vectors in sequence, too few lanes in flight). Exact fits only:
+// H=6656 (832 vectors, 9 on 96 lanes) took 41.48 / 150.80 us at T = 4096 / 16384 against
+// 34.32 / 126.82 for 4 a lane (and the decode kernel takes it now). The fused op
 // gained at most 3 % (H=1152) and lost 1 % at H=4608: not taken; nor the plain group quant
 // (8-20 % slower).
 constexpr NormQuantShape kManyRowShapes[] = {{8, 128, 128}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
 constexpr NormQuantShape kManyRowPlainShapes[] = {
-    {8, 128, 128}, {9, 128, 128, 2048}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
+    {8, 128, 128}, {9, 128, 128, 2048, true}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
 // The plain group quant (no norm), rows > 256: 4 vectors a lane, 128-thread blocks (H=4096
 // T=32768 97.7 us against 110.3 for the flat kernel of group_quant.cu, T=4096 14.3 / 15.9,
 // T=1024 5.31 / 5.54; H=7168 T=32768 170.5 / 191.2). The flat kernel stays faster below
@@ -673,7 +684,7 @@ cudaError_t launch_shapes(const RowQuantParams<T>& p, int hv, int vpg, const Nor
     if (p.rows < s.min_rows) continue;
     // A quantization group (vpg lanes at one k) must not straddle row groups: tpr >= vpg.
     const int tpr = row_group_threads(hv, s.vpt, vpg, norm_quant_max_threads(s.max_regs));
-    if (tpr == 0) continue;
+    if (tpr == 0 || (s.exact && tpr * s.vpt != hv)) continue;
     return launch_norm_shape<T, kCode, kFused, kNorm>(p, s, tpr, vpg_log2, stream);
   }
   return cudaErrorNotSupported;

@@ -309,17 +309,19 @@ def test_many_rows_nine_vectors(op, dtype, group_size, layout, hidden, gen):
         _run_check(op, x, r, w, group_size, torch.int8, layout)
 
 
-# fused_add_rmsnorm_quant's rows of a multiple of 512 elements from 4096 to 8192 take the
-# decode kernel at any row count (norm_quant.cu decode_takes_many_rows; 16-bit input, row-major
-# and packed UE8M0 scales); 3584, 8704, the column-major fp32 layout and fp32 input keep the
-# vector kernel.
-@pytest.mark.parametrize("tokens", [257, 1000])
-@pytest.mark.parametrize("hidden", [3584, 4096, 5120, 8192, 8704])
+# Many rows on the decode kernel (norm_quant.cu decode_takes_many_rows; 16-bit input, row-major
+# and packed UE8M0 scales): fused_add_rmsnorm_quant's rows of a multiple of 512 elements from
+# 4096 to 8192, fused_rmsnorm_quant's 5120 and 6656. The other lengths here, the column-major
+# fp32 layout and fp32 input keep the vector kernel (the plain op's 4608 at 2049 rows: 9
+# vectors a lane).
+@pytest.mark.parametrize("tokens", [257, 2049])
+@pytest.mark.parametrize("hidden", [3584, 4096, 4608, 5120, 6656, 8192, 8704])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
-def test_fused_many_rows_decode_kernel(dtype, layout, hidden, tokens, gen):
-    x, r, w = _make(ADD, tokens, hidden, dtype, gen)
-    _run_check(ADD, x, r, w, 128, FP8, layout)
+@pytest.mark.parametrize("op", OPS)
+def test_many_rows_decode_kernel(op, dtype, layout, hidden, tokens, gen):
+    x, r, w = _make(op, tokens, hidden, dtype, gen)
+    _run_check(op, x, r, w, 128, FP8, layout)
 
 
 @pytest.mark.parametrize("how", ["wrapper", "op"])
