@@ -271,21 +271,29 @@ def test_decode_clusters(op, layout, hidden, tokens, gen):
     _run_check(op, x, r, w, 128, FP8, layout)
 
 
-# norm_quant.cu's decode kernel at 2 or 1 groups a warp (decode_groups_per_warp): rows of a
-# multiple of 256 or 128 elements, not of 512, up to 256 rows (128: 1 warp of 1 group, 384: 3
-# of 1, 640: 5 of 1, 896: 7 of 1, 1152: 9 of 1, 2304: 9 of 2, 3840: 15 of 2, 5376: 21 of 2,
-# 7936: 31 of 2). Packed UE8M0 rows end mid-word there (the last word's unused bytes written 0).
-# 4224 (33 warps of 1) and 8448 (33 of 2) exceed a block and take the vector kernel; 257 rows
-# the many-row kernels.
+# The decode kernel's row shapes beyond one block of 4 groups a warp, both ops, every layout
+# and dtype, g=128 fp8:
+# - 2 or 1 groups a warp (decode_groups_per_warp): rows of a multiple of 256 or 128 elements,
+#   not of 512, up to 256 rows (128: 1 warp of 1 group, 384: 3 of 1, 640: 5 of 1, 896: 7 of 1,
+#   1152: 9 of 1, 2304: 9 of 2, 3840: 15 of 2, 5376: 21 of 2, 7936: 31 of 2). Packed UE8M0 rows
+#   end mid-word there (the last word's unused bytes written 0). 4224 (33 warps of 1) and 8448
+#   (33 of 2) exceed a block and take the vector kernel; 257 rows the many-row kernels.
+# - Many rows (decode_takes_many_rows; 16-bit input, row-major and packed UE8M0 scales):
+#   fused_add_rmsnorm_quant's rows of a multiple of 512 elements from 4096 to 8192,
+#   fused_rmsnorm_quant's 5120 and 6656. The other lengths there, the column-major fp32 layout
+#   and fp32 input keep the vector kernel (the plain op's 4608 at 2049 rows: 9 vectors a lane).
 FEW_GROUP_HIDDEN = [128, 384, 640, 896, 1152, 2304, 3840, 5376, 7936, 4224, 8448]
+MANY_ROW_HIDDEN = [3584, 4096, 4608, 5120, 6656, 8192, 8704]
+DECODE_PATH_SHAPES = [(t, h) for h in FEW_GROUP_HIDDEN for t in (1, 16, 256, 257)] + [
+    (t, h) for h in MANY_ROW_HIDDEN for t in (257, 2049)
+]
 
 
-@pytest.mark.parametrize("tokens", [1, 16, 256, 257])
-@pytest.mark.parametrize("hidden", FEW_GROUP_HIDDEN)
+@pytest.mark.parametrize("tokens, hidden", DECODE_PATH_SHAPES, ids=_shape_ids(DECODE_PATH_SHAPES))
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
 @pytest.mark.parametrize("op", OPS)
-def test_decode_few_groups_a_warp(op, dtype, layout, hidden, tokens, gen):
+def test_decode_kernel_paths(op, dtype, layout, tokens, hidden, gen):
     x, r, w = _make(op, tokens, hidden, dtype, gen)
     _run_check(op, x, r, w, 128, FP8, layout)
 
@@ -307,21 +315,6 @@ def test_many_rows_nine_vectors(op, dtype, group_size, layout, hidden, gen):
     if layout == "row":
         x, r, w = _make(op, 2048, hidden, dtype, gen)
         _run_check(op, x, r, w, group_size, torch.int8, layout)
-
-
-# Many rows on the decode kernel (norm_quant.cu decode_takes_many_rows; 16-bit input, row-major
-# and packed UE8M0 scales): fused_add_rmsnorm_quant's rows of a multiple of 512 elements from
-# 4096 to 8192, fused_rmsnorm_quant's 5120 and 6656. The other lengths here, the column-major
-# fp32 layout and fp32 input keep the vector kernel (the plain op's 4608 at 2049 rows: 9
-# vectors a lane).
-@pytest.mark.parametrize("tokens", [257, 2049])
-@pytest.mark.parametrize("hidden", [3584, 4096, 4608, 5120, 6656, 8192, 8704])
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
-@pytest.mark.parametrize("op", OPS)
-def test_many_rows_decode_kernel(op, dtype, layout, hidden, tokens, gen):
-    x, r, w = _make(op, tokens, hidden, dtype, gen)
-    _run_check(op, x, r, w, 128, FP8, layout)
 
 
 @pytest.mark.parametrize("how", ["wrapper", "op"])
