@@ -381,7 +381,19 @@ Variant decode_many_variant(int64_t rows, int64_t hidden) {
       return launch_kernel(g_packed ? packed_k : row_k, grid, block, 0, s, true, params(b, rows, hidden, a == 1));
     };
   }
-  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  // The plain group quant (no norm): the same kernel with kNorm = false, one block a row
+  // (rows of at most 32 warps).
+  static constexpr DecodeKernel kQuant[2] = {
+      norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, false, false, 1, PdlTrigger::kEarly, kK>,
+      norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, false, false, 1, PdlTrigger::kEarly, kK>};
+  v.fused[2] = [=](const Set& b, cudaStream_t s) {
+    const int64_t per_warp = int64_t{kDecodeGroup} * kK;
+    if (hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) return cudaErrorNotSupported;
+    RowQuantParams<T> p = params(b, rows, hidden, false);
+    p.weight = nullptr;
+    const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
+    return launch_kernel(g_packed ? kQuant[1] : kQuant[0], grid, block, 0, s, true, p);
+  };
   return v;
 }
 

@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantP
   }
 }
 
-// Decode kernel (<= 256 rows, and the fused op's many rows where decode_takes_many_rows says
+// Decode kernel (<= 256 rows, and the norm ops' many rows where decode_takes_many_rows says
 // so; e4m3 codes without a clamp, groups of 128, row-major fp32 or packed UE8M0 scales; rows
 // of a multiple of 512 elements up to 16384 in a block, and of 256 or 128 up to 8192 or 4096
 // with kK = 2 or 1 groups a warp): a block per row, warp w holding groups 4w .. 4w + 3 (kK =
@@ -525,28 +525,151 @@ inline int decode_groups_per_warp(int64_t hidden, bool norm) {
   return hidden % (2 * kDecodeGroup) == 0 ? 2 : 1;
 }
 
-// Whether the decode kernel also takes more than 256 rows: the fused op's rows of a multiple of
-// 512 elements from 4096 to 8192 (one block a row, 8 to 16 warps). Session 25 (H100,
-// tune_norm_quant.cu "qd many k4" against the vector kernel's shape, us at T = 1024 / 4096 /
-// 16384 / 32768): fused H=4096 11.49 / 40.66 / 153.7 / 312.4 against 12.90 / 42.58 / 159.1 /
-// 314.8; H=5120 14.03 / 50.55 / 196.3 / 391.0 against 16.77 / 53.26 / 198.9 / 393.1; H=7168
-// 19.36 / 70.01 / 273.8 / 542.9 against 20.55 / 71.56 / 275.7 / 548.4 (packed UE8M0 alike);
-// H=2048 and 1536 up to 4 % / 13 % slower from T=4096. The plain op lost from T=4096 at 4096
-// and at 7168 (up to 19 %), 2048 and 1536; it gained at 5120 (14-18 %, where the vector kernel
-// runs 4 vectors on 160 lanes). In bench_fused_norm_quant.py --models (H100, T=4096) the fused
-// op gained 2-6 % from 4608 to 8192 and lost 0.7 % at 12288 (24 warps a block): up to 8192
-// elements. The plain op takes it up to 8192 elements where the vector kernel would run 4
-// vectors a lane on more than 128 lanes (8 do not fit, nor 9 exactly: 5120 and 6656): tune, T = 1024 / 4096 / 16384, H=5120 7.98 /
-// 24.79 / 91.44 against 9.70 / 29.83 / 107.48, H=6656 10.19 / 32.45 / 121.67 against 11.17 /
-// 34.32 / 126.82. fp32 input (16-byte loads in the decode kernel too) was not measured and
-// keeps the vector kernel.
-inline bool decode_takes_many_rows(int64_t hidden, bool fused, size_t elt_bytes) {
-  if (elt_bytes != 2 || hidden % (4 * kDecodeGroup) != 0) return false;
-  if (hidden > 8192) return false;
-  if (fused) return hidden >= 4096;
-  const int64_t hv = hidden / 8, vpg = kDecodeGroup / 8;  // 16-byte vectors
-  return row_group_threads(hv, 8, vpg, norm_quant_max_threads(128)) == 0 && hv % 9 != 0 &&
-         row_group_threads(hv, 4, vpg, norm_quant_max_threads(64)) > 128;
+// One vector-path configuration: vectors a lane, register cap, threads a block, and the
+// fewest rows it is tried at.
+struct NormQuantShape {
+  int vpt, max_regs, block_threads;
+  int64_t min_rows = 0;
+  bool exact = false;  // only where vpt vectors on the row group's lanes cover the row exactly
+  int64_t max_rows = INT64_MAX;
+  int unless_vpt = 0;  // if > 0: only where that many vectors a lane (64 registers) do not fit
+  int max_tpr = 1024;  // only on at most this many lanes a row
+};
+
+// Shapes tried in order, by rows: the first whose threads per row fit runs.
+// NOTE (H200, bf16 g=128, benchmark/quantization/tune_norm_quant.cu): decode (<= 256 rows that
+// the decode kernel above does not take: other group sizes, a clamp, column-major fp32 scales,
+// int8 codes, other hidden sizes): 2 vectors a lane (fused_rmsnorm_quant H=4096 T=1/16/128 1.90/1.97/2.23 us; 1 vector 1.91/1.99/
+// 2.25, 4 vectors 2.07/2.16/2.41; H=7168 2.36/2.43/2.71, 1 vector 2.49/2.56/2.91). Many rows:
+// 8 vectors a lane under 128 registers in 128-thread blocks (H=4096 T=32768 125.8 us, 4
+// vectors / 256-thread blocks 128.6; fused add 229.4 against 229.0; H=7168 238.7 / 241.3);
+// the 4-vector shape was up to 2 % faster at T=1024-4096 for H=4096.
+constexpr NormQuantShape kDecodeShapes[] = {{2, 64, 128}, {1, 64, 128}, {4, 64, 128}, {8, 128, 128}};
+// The plain op also takes 9 vectors a lane from 2048 rows, for rows of 144 / 288 / 576
+// vectors (bf16 H=1152 / 2304 / 4608: 9 x 16 / 32 / 64 lanes), which took 2 or 4 vectors on
+// 96 lanes or more, a lane's last vector often past the row's end. Session 25 (H100,
+// tune_norm_quant.cu "v9r128b128" against the shape that ran, us at T = 1024 / 4096 / 16384):
+// H=1152 4.02 / 9.39 / 25.56 against 2.90 / 11.80 / 39.96, H=2304 6.23 / 15.00 / 45.83 against
+// 5.52 / 15.49 / 52.04, H=4608 9.46 / 25.85 / 88.25 against 9.28 / 28.67 / 102.77; at T=512
+// 1.3-1.7x slower (a lane's 9 vectors in sequence, too few lanes in flight). Exact fits only:
+// H=6656 (832 vectors, 9 on 96 lanes) took 41.48 / 150.80 us at T = 4096 / 16384 against
+// 34.32 / 126.82 for 4 a lane (and the decode kernel takes it now). The fused op
+// gained at most 3 % (H=1152) and lost 1 % at H=4608: not taken; nor the plain group quant
+// (8-20 % slower).
+// 5 vectors a lane where neither 8 nor 4 fit (a lane's last vector past the row's end): rows of
+// 80 / 144 / 160 / 272 vectors (bf16 H=640 / 1152 / 1280 / 2176 at g=128) took 2 vectors on
+// 64 / 96 / 96 / 160 lanes, most lanes' second vector past the end; 5 on 16 / 32 / 32 / 64 lanes
+// leave at most one vector a lane idle. Session 26 (H100, tune_norm_quant.cu "v5r128b128"
+// against the shape that ran, us):
+// - plain op, T = 1024 / 2048 / 4096 / 16384: H=640 2.33 / 2.82 / 5.49 / 15.53 against 2.40 /
+//   3.26 / 7.15 / 22.93; H=1280 2.85 / 5.50 / 9.13 / 27.79 against 2.90 / 6.75 / 11.81 / 39.61;
+//   H=2176 5.30 / 9.14 / 15.50 / 51.92 against 6.41 / 11.46 / 20.63 / 73.23. H=1152 (where 9
+//   fit exactly), T = 1024 / 2048 / 4096 / 8192 / 16384: 2.82 / 5.30 / 8.91 / 15.33 / 27.29
+//   against 2.87 (2 vectors) / 6.16 / 9.34 / 15.03 / 25.38 (9 vectors): 5 up to 8191 rows
+//   there, ahead of 9 (which keeps 2304 / 4608, where 4 fit). At T=512 2.36 against 2.31.
+// - fused op, T = 1024 / 4096 / 16384: H=640 2.76 / 8.91 / 27.87 against 2.87 / 9.51 / 29.73,
+//   H=1152 3.45 / 14.36 / 47.34 against 3.52 / 15.39 / 51.52, H=1280 3.57 / 15.41 / 52.29
+//   against 3.57 / 16.05 / 55.15, H=2176 8.21 / 24.68 / 86.87 against 8.92 / 26.57 / 95.50; at
+//   T=512 up to 5 % slower (H=2176 3.50 against 3.32): from 1024 rows for both norm ops.
+// - plain group quant, T = 512 / 1024 / 2048 / 8192 / 32768: H=640 1.79 / 1.93 / 2.35 / 7.80 /
+//   23.26 against 1.67 / 2.11 / 2.91 / 8.86 / 29.50, H=1152 1.90 / 2.28 / 4.65 / 11.78 / 39.86
+//   against 2.10 / 2.85 / 4.87 / 12.93 / 45.55, H=1280 1.91 / 2.33 / 4.86 / 12.83 / 43.96
+//   against 2.09 / 2.85 / 4.90 / 13.44 / 47.65, H=2176 2.21 / 4.48 / 7.12 / 20.08 / 73.07
+//   against 2.18 / 4.49 / 6.95 / 21.57 / 80.19: at every row count.
+// Other group sizes and fp32 input take the same shapes where they fit; only bf16 at g=128 was
+// measured.
+constexpr NormQuantShape kManyRowShapes[] = {
+    {8, 128, 128}, {4, 64, 256}, {5, 128, 128, 1024}, {2, 64, 256}, {1, 64, 256}};
+// The plain op also takes 6 vectors a lane from 2048 rows where they cover the row exactly on
+// at most 32 lanes (bf16 H=1536: 6 x 32 lanes, where 4 ran on 64 lanes, a quarter of the
+// vectors past the row's end; 768 and fp32 768 / 384 alike, not measured). Session 26 (H100,
+// tune, T = 2048 / 4096 / 16384): 6.00 / 10.03 / 31.50 against 6.28 / 10.47 / 32.38. At H=3072
+// (6 on 64 lanes, where 4 on 96 cover it exactly) 6 were slower (T=2048 10.56 against 10.13).
+// The fused op at 1536: 18.11 against 17.83 at T=4096, not taken.
+constexpr NormQuantShape kManyRowPlainShapes[] = {
+    {8, 128, 128},       {5, 128, 128, 1024, false, 8191, 4}, {9, 128, 128, 2048, true},
+    {6, 128, 128, 2048, true, INT64_MAX, 0, 32}, {4, 64, 256}, {5, 128, 128, 1024}, {2, 64, 256}, {1, 64, 256}};
+// The plain group quant (no norm), rows > 256: 4 vectors a lane, 128-thread blocks (H=4096
+// T=32768 97.7 us against 110.3 for the flat kernel of group_quant.cu, T=4096 14.3 / 15.9,
+// T=1024 5.31 / 5.54; H=7168 T=32768 170.5 / 191.2). The flat kernel stays faster below
+// (T=1: 1.07 us against 1.33 for the best row shape).
+constexpr NormQuantShape kGroupShapes[] = {{4, 64, 128}, {8, 128, 128}, {5, 128, 128}, {2, 64, 128}, {1, 64, 128}};
+
+// The first of `shapes` that takes rows of hv 16-byte vectors (vpg a quantization group) at
+// `rows` rows: its index, with its threads per row in *tpr; -1 if none does.
+template <size_t kShapes>
+int pick_shape(const NormQuantShape (&shapes)[kShapes], int64_t rows, int64_t hv, int vpg, int* tpr) {
+  for (size_t i = 0; i < kShapes; ++i) {
+    const NormQuantShape& s = shapes[i];
+    if (rows < s.min_rows || rows > s.max_rows) continue;
+    if (s.unless_vpt > 0 && row_group_threads(hv, s.unless_vpt, vpg, norm_quant_max_threads(64)) != 0) continue;
+    // A quantization group (vpg lanes at one k) must not straddle row groups: tpr >= vpg.
+    *tpr = row_group_threads(hv, s.vpt, vpg, norm_quant_max_threads(s.max_regs));
+    if (*tpr == 0 || *tpr > s.max_tpr || (s.exact && int64_t{*tpr} * s.vpt != hv)) continue;
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Whether the decode kernel also takes more than 256 rows of 16-bit input, rows of a multiple
+// of 512 elements up to 8192 (one block a row, 1 to 16 warps): up to 512 rows at every such
+// length; the fused op's rows from 2560 elements at any count; the plain op's rows where its
+// many-row shapes (with 2048 rows or more) would run 4 vectors a lane on more than 128 lanes
+// (5120 and 6656).
+// Session 26 (H100, tune_norm_quant.cu "qd many k4" against the vector kernel's shape, us):
+// - Just past 256 rows the vector kernel's shapes were up to 1.8x slower: plain op at T = 300 /
+//   512, H=512 1.34 / 1.36 against 2.36 / 2.38, H=1024 1.71 / 2.04 against 2.67 / 2.76, H=2048
+//   1.88 / 2.06 against 2.75 / 2.90, H=4096 (T=512) 4.56 against 5.32, H=7168 5.12 / 6.98
+//   against 6.18 / 7.07; fused op H=512 1.65 against 2.67 (T=300), H=2048 2.45 / 2.69 against
+//   3.26 / 3.52. At 1024 rows the decode kernel lost at 512-1536 (up to 14 %) and 7168, tied at
+//   2560-3072 and won at 3584-4096 (plain op, 5-7 %): 512 rows is the bound for all.
+// - The fused op from 2560 elements, T = 1024 / 4096 / 16384 / 32768: H=2560 8.50 / 27.00 / 98.93
+//   / 197.48 against 9.26 / 28.95 / 101.40 / 198.64, H=3072 9.33 / 31.22 / 118.38 / 235.60 against
+//   10.47 / 33.47 / 120.55 / 237.61, H=3584 10.43 / 36.11 / 138.47 / 274.25 against 11.68 / 37.78
+//   / 140.35 / 276.15 (packed UE8M0 alike). At 2048 it lost from T=16384 (84.84 against 81.20),
+//   at 1536 at T=32768 (134.92 against 119.89).
+// Session 25 (the same tune, T = 1024 / 4096 / 16384 / 32768): fused H=4096 11.49 / 40.66 /
+// 153.7 / 312.4 against 12.90 / 42.58 / 159.1 / 314.8; H=5120 14.03 / 50.55 / 196.3 / 391.0
+// against 16.77 / 53.26 / 198.9 / 393.1; H=7168 19.36 / 70.01 / 273.8 / 542.9 against 20.55 /
+// 71.56 / 275.7 / 548.4. The plain op lost from T=4096 at 4096 and at 7168 (up to 19 %), 2048
+// and 1536; it gained at 5120 (14-18 %, where the vector kernel runs 4 vectors on 160 lanes):
+// T = 1024 / 4096 / 16384, H=5120 7.98 / 24.79 / 91.44 against 9.70 / 29.83 / 107.48, H=6656
+// 10.19 / 32.45 / 121.67 against 11.17 / 34.32 / 126.82. In bench_fused_norm_quant.py --models
+// (H100, T=4096) the fused op gained 2-6 % from 4608 to 8192 and lost 0.7 % at 12288 (24 warps
+// a block): up to 8192 elements. fp32 input (16-byte loads in the decode kernel too) was not
+// measured and keeps the vector kernel.
+// The plain group quant (no norm) takes it at more rows still, at every length it takes at 256
+// rows up to 8192 (4, 2 or 1 groups a warp: decode_groups_per_warp): from 1536 elements at any
+// count, from 1024 up to 4096 rows, below that up to 1024. Session 26 (H100, tune_norm_quant.cu
+// --op group "qd many", bf16, row-major scales, against the vector kernel, us at T = 1024 /
+// 2048 / 4096 / 8192 / 32768): H=1536 1.60 / 4.02 / 7.00 / 14.00 / 51.67 against 2.45 / 5.24 /
+// 8.17 / 14.55 / 51.77; H=2048 3.22 / 4.88 / 9.25 / 18.23 / 68.35 against 4.18 / 6.56 / 10.49 /
+// 19.03 / 68.80; H=2304 (2 groups a warp) 3.24 / 5.61 / 10.16 / 19.63 / 75.23 against 4.47 / 6.67
+// / 11.35 / 20.89 / 76.81; H=4096 4.84 / 9.20 / 18.11 / 34.75 / 134.11 against 6.57 / 10.48 /
+// 19.03 / 35.59 / 134.71; H=7168 8.26 / 16.01 / 30.55 / 59.64 / 233.78 against 9.50 / 16.97 /
+// 31.59 / 60.49 / 234.39 (2560, 3072, 5120 and 8192 alike; packed UE8M0 scales alike). H=1024
+// 1.67 / 3.13 / 5.50 / 10.44 / 40.16 against 2.08 / 4.15 / 6.55 / 10.42 / 35.45 and H=1152 (1
+// group a warp) 1.76 / 3.76 / 6.43 / 11.65 / 43.65 against 2.29 / 4.66 / 7.44 / 11.76 / 39.93:
+// up to 4096 rows. H=768 1.68 / 2.94 / 5.39 against 1.96 / 2.46 / 5.24: up to 1024 (shorter rows,
+// not measured, up to 512 as for the norm ops). Rows of more than 32 warps (4224: 33 warps of
+// one group, which take the kernel in pieces at 256 rows) keep the vector kernel. Just past 256
+// rows (T = 257 / 512): H=1024 1.31 / 1.15 against 1.65 / 1.78, H=4096 1.40 / 3.27 against 2.10 /
+// 4.21, H=7168 1.78 / 4.39 against 2.94 / 6.10.
+constexpr int64_t kDecodeAnyLengthRows = 512;
+
+inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool fused, size_t elt_bytes) {
+  if (elt_bytes != 2 || hidden > 8192) return false;
+  if (!norm) {
+    // One block a row (rows of more pieces were not measured at these counts).
+    if (hidden / (decode_groups_per_warp(hidden, false) * kDecodeGroup) > 32) return false;
+    return hidden >= 1536 || rows <= (hidden >= 1024 ? 4096 : hidden >= 768 ? 1024 : kDecodeAnyLengthRows);
+  }
+  if (hidden % (4 * kDecodeGroup) != 0) return false;
+  if (rows <= kDecodeAnyLengthRows) return true;
+  if (fused) return hidden >= 2560;
+  int tpr = 0;
+  const int i = pick_shape(kManyRowPlainShapes, int64_t{1} << 62, hidden / 8, kDecodeGroup / 8, &tpr);
+  return i >= 0 && kManyRowPlainShapes[i].vpt == 4 && tpr > 128;
 }
 
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
@@ -564,7 +687,7 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
   const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
   auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
   const bool fused = p.residual != nullptr;
-  if ((p.rows > 256 && !decode_takes_many_rows(p.hidden, fused, sizeof(T))) || p.group_size != kDecodeGroup ||
+  if ((p.rows > 256 && !decode_takes_many_rows(p.rows, p.hidden, norm, fused, sizeof(T))) || p.group_size != kDecodeGroup ||
       p.hidden % per_warp != 0 ||
       needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) || (!row_f32 && !p.scales.packed_ue8m0) ||
       !aligned(p.input, p.input_stride) || (norm && !aligned(p.weight, 0)) ||
@@ -623,14 +746,6 @@ cudaError_t launch_norm_vec(const RowQuantParams<T>& p, int tpr, int block_threa
                        p.enable_pdl, p, vpg_log2);
 }
 
-// One vector-path configuration: vectors a lane, register cap, threads a block, and the
-// fewest rows it is tried at.
-struct NormQuantShape {
-  int vpt, max_regs, block_threads;
-  int64_t min_rows = 0;
-  bool exact = false;  // only where vpt vectors on the row group's lanes cover the row exactly
-};
-
 template <typename T, QuantCode kCode, bool kFused, bool kNorm>
 cudaError_t launch_norm_shape(const RowQuantParams<T>& p, const NormQuantShape& s, int tpr, int vpg_log2,
                               cudaStream_t stream) {
@@ -641,53 +756,22 @@ cudaError_t launch_norm_shape(const RowQuantParams<T>& p, const NormQuantShape& 
   SGL_NQ_CASE(1, 64)
   SGL_NQ_CASE(2, 64)
   SGL_NQ_CASE(4, 64)
+  SGL_NQ_CASE(5, 128)
+  SGL_NQ_CASE(6, 128)
   SGL_NQ_CASE(8, 128)
   SGL_NQ_CASE(9, 128)
 #undef SGL_NQ_CASE
   return cudaErrorNotSupported;
 }
 
-// Shapes tried in order, by rows: the first whose threads per row fit runs.
-// NOTE (H200, bf16 g=128, benchmark/quantization/tune_norm_quant.cu): decode (<= 256 rows that
-// the decode kernel above does not take: other group sizes, a clamp, column-major fp32 scales,
-// int8 codes, other hidden sizes): 2 vectors a lane (fused_rmsnorm_quant H=4096 T=1/16/128 1.90/1.97/2.23 us; 1 vector 1.91/1.99/
-// 2.25, 4 vectors 2.07/2.16/2.41; H=7168 2.36/2.43/2.71, 1 vector 2.49/2.56/2.91). Many rows:
-// 8 vectors a lane under 128 registers in 128-thread blocks (H=4096 T=32768 125.8 us, 4
-// vectors / 256-thread blocks 128.6; fused add 229.4 against 229.0; H=7168 238.7 / 241.3);
-// the 4-vector shape was up to 2 % faster at T=1024-4096 for H=4096.
-constexpr NormQuantShape kDecodeShapes[] = {{2, 64, 128}, {1, 64, 128}, {4, 64, 128}, {8, 128, 128}};
-// The plain op also takes 9 vectors a lane from 2048 rows, for rows of 144 / 288 / 576
-// vectors (bf16 H=1152 / 2304 / 4608: 9 x 16 / 32 / 64 lanes), which took 2 or 4 vectors on
-// 96 lanes or more, a lane's last vector often past the row's end. Session 25 (H100,
-// tune_norm_quant.cu "v9r128b128" against the shape that ran, us at T = 1024 / 4096 / 16384):
-// H=1152 4.02 / 9.39 / 25.56 against 2.90 / 11.80 / 39.96, H=2304 6.23 / 15.00 / 45.83 against
-// 5.52 / 15.49 / 52.04, H=4608 9.46 / 25.85 / 88.25 against 9.28 / 28.67 / 102.77; at T=512
-// 1.3-1.7x slower (a lane's 9 vectors in sequence, too few lanes in flight). Exact fits only:
-// H=6656 (832 vectors, 9 on 96 lanes) took 41.48 / 150.80 us at T = 4096 / 16384 against
-// 34.32 / 126.82 for 4 a lane (and the decode kernel takes it now). The fused op
-// gained at most 3 % (H=1152) and lost 1 % at H=4608: not taken; nor the plain group quant
-// (8-20 % slower).
-constexpr NormQuantShape kManyRowShapes[] = {{8, 128, 128}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
-constexpr NormQuantShape kManyRowPlainShapes[] = {
-    {8, 128, 128}, {9, 128, 128, 2048, true}, {4, 64, 256}, {2, 64, 256}, {1, 64, 256}};
-// The plain group quant (no norm), rows > 256: 4 vectors a lane, 128-thread blocks (H=4096
-// T=32768 97.7 us against 110.3 for the flat kernel of group_quant.cu, T=4096 14.3 / 15.9,
-// T=1024 5.31 / 5.54; H=7168 T=32768 170.5 / 191.2). The flat kernel stays faster below
-// (T=1: 1.07 us against 1.33 for the best row shape).
-constexpr NormQuantShape kGroupShapes[] = {{4, 64, 128}, {8, 128, 128}, {2, 64, 128}, {1, 64, 128}};
-
 template <typename T, QuantCode kCode, bool kFused, bool kNorm, size_t kShapes>
 cudaError_t launch_shapes(const RowQuantParams<T>& p, int hv, int vpg, const NormQuantShape (&shapes)[kShapes],
                           cudaStream_t stream) {
+  int tpr = 0;
+  const int i = pick_shape(shapes, p.rows, hv, vpg, &tpr);
+  if (i < 0) return cudaErrorNotSupported;
   const int vpg_log2 = __builtin_ctz(static_cast<unsigned>(vpg));
-  for (const NormQuantShape& s : shapes) {
-    if (p.rows < s.min_rows) continue;
-    // A quantization group (vpg lanes at one k) must not straddle row groups: tpr >= vpg.
-    const int tpr = row_group_threads(hv, s.vpt, vpg, norm_quant_max_threads(s.max_regs));
-    if (tpr == 0 || (s.exact && tpr * s.vpt != hv)) continue;
-    return launch_norm_shape<T, kCode, kFused, kNorm>(p, s, tpr, vpg_log2, stream);
-  }
-  return cudaErrorNotSupported;
+  return launch_norm_shape<T, kCode, kFused, kNorm>(p, shapes[i], tpr, vpg_log2, stream);
 }
 
 template <typename T, QuantCode kCode>
@@ -757,6 +841,11 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
     if (p.masked_m != nullptr || code != QuantCode::kFp8) return cudaErrorNotSupported;
     if (p.hidden > 8192 && p.rows < 64) return cudaErrorNotSupported;
     return launch_norm_decode<T>(p, stream);
+  }
+  // More rows: the decode kernel where decode_takes_many_rows says so, else the vector kernel.
+  if (p.masked_m == nullptr && code == QuantCode::kFp8) {
+    const cudaError_t err = launch_norm_decode<T>(p, stream);
+    if (err != cudaErrorNotSupported) return err;
   }
   if (p.group_size < kVec || p.group_size % kVec != 0 || p.group_size / kVec > 32 || p.hidden % p.group_size != 0 ||
       p.hidden / kVec > 8192 || !rows_aligned16(p.input, p.input_stride, sizeof(T)) ||

@@ -278,14 +278,15 @@ def test_decode_clusters(op, layout, hidden, tokens, gen):
 #   1152: 9 of 1, 2304: 9 of 2, 3840: 15 of 2, 5376: 21 of 2, 7936: 31 of 2). Packed UE8M0 rows
 #   end mid-word there (the last word's unused bytes written 0). 4224 (33 warps of 1) and 8448
 #   (33 of 2) exceed a block and take the vector kernel; 257 rows the many-row kernels.
-# - Many rows (decode_takes_many_rows; 16-bit input, row-major and packed UE8M0 scales):
-#   fused_add_rmsnorm_quant's rows of a multiple of 512 elements from 4096 to 8192,
-#   fused_rmsnorm_quant's 5120 and 6656. The other lengths there, the column-major fp32 layout
-#   and fp32 input keep the vector kernel (the plain op's 4608 at 2049 rows: 9 vectors a lane).
+# - Many rows (decode_takes_many_rows; 16-bit input, row-major and packed UE8M0 scales): both
+#   ops' rows of a multiple of 512 elements up to 8192 up to 512 rows (513: the vector
+#   kernel); beyond, fused_add_rmsnorm_quant's from 2560 and fused_rmsnorm_quant's 5120 and
+#   6656. The other lengths there, the column-major fp32 layout and fp32 input keep the vector
+#   kernel (the plain op's 4608 at 2049 rows: 9 vectors a lane; 8704 past 8192 at any count).
 FEW_GROUP_HIDDEN = [128, 384, 640, 896, 1152, 2304, 3840, 5376, 7936, 4224, 8448]
-MANY_ROW_HIDDEN = [3584, 4096, 4608, 5120, 6656, 8192, 8704]
+MANY_ROW_HIDDEN = [512, 1024, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6656, 8192, 8704]
 DECODE_PATH_SHAPES = [(t, h) for h in FEW_GROUP_HIDDEN for t in (1, 16, 256, 257)] + [
-    (t, h) for h in MANY_ROW_HIDDEN for t in (257, 2049)
+    (t, h) for h in MANY_ROW_HIDDEN for t in (257, 512, 513, 2049)
 ]
 
 
@@ -298,22 +299,32 @@ def test_decode_kernel_paths(op, dtype, layout, tokens, hidden, gen):
     _run_check(op, x, r, w, 128, FP8, layout)
 
 
-# The plain op's many-row vector kernel at 9 vectors a lane (from 2048 rows; norm_quant.cu
-# kManyRowPlainShapes): 16-bit rows of 1152 / 2304 / 4608 elements (9 vectors on 16 / 32 / 64
-# lanes), fp32 rows of 1152 / 2304 (9 on 32 / 64); the group maxima then come from a split over
-# 16 values a lane, 7 of them padding (g=128 16-bit, g=256; g=64 reduces per vector). Both
-# codes, every layout, a partial last block (2049 rows) and the fused op on the same rows.
-@pytest.mark.parametrize("hidden", [1152, 2304, 4608])
+# The many-row vector kernel's shapes beyond 8, 4, 2 and 1 vectors a lane (norm_quant.cu
+# kManyRowShapes / kManyRowPlainShapes), both ops on the same rows, both codes, every layout,
+# a partial last block (the given rows; int8 at one row fewer):
+# - 5 vectors from 1024 rows where neither 8 nor 4 fit: 16-bit rows of 640 / 1152 / 1280 /
+#   2176 elements at g=128 and 64 (5 on 16 / 32 / 32 / 64 lanes, the last vector of some lanes
+#   past the row's end; 1280 at g=256 too), fp32 rows of 640 (160 vectors: 5 on 32). The group
+#   maxima come from a split over 8 values a lane, 3 of them padding.
+# - The plain op's exact fits from 2048 rows: 9 vectors on 16 / 32 / 64 lanes for 16-bit rows
+#   of 1152 (from 8192 rows; 5 on 32 below) / 2304 / 4608, 6 on 16 / 32 for 768 / 1536; fp32
+#   rows of 1152 / 2304 (9 on 32 / 64) and 768 (6 on 32). The group maxima then come from a
+#   split over 16 or 8 values a lane (g=128 16-bit, g=256; g=64 reduces per vector).
+MANY_ROW_SHAPE_ROWS = [(1025, h) for h in (640, 1152, 1280, 2176)]
+MANY_ROW_SHAPE_ROWS += [(2049, h) for h in (768, 1152, 1536, 2304, 4608)] + [(8193, 1152)]
+
+
+@pytest.mark.parametrize("tokens, hidden", MANY_ROW_SHAPE_ROWS, ids=_shape_ids(MANY_ROW_SHAPE_ROWS))
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype, group_size", DTYPE_GROUPS, ids=[f"{_dt(d)}-g{g}" for d, g in DTYPE_GROUPS])
 @pytest.mark.parametrize("op", OPS)
-def test_many_rows_nine_vectors(op, dtype, group_size, layout, hidden, gen):
+def test_many_row_shapes(op, dtype, group_size, layout, tokens, hidden, gen):
     if hidden % group_size:
         pytest.skip(f"hidden {hidden} is not a multiple of group_size {group_size}")
-    x, r, w = _make(op, 2049, hidden, dtype, gen)
+    x, r, w = _make(op, tokens, hidden, dtype, gen)
     _run_check(op, x, r, w, group_size, FP8, layout)
     if layout == "row":
-        x, r, w = _make(op, 2048, hidden, dtype, gen)
+        x, r, w = _make(op, tokens - 1, hidden, dtype, gen)
         _run_check(op, x, r, w, group_size, torch.int8, layout)
 
 

@@ -264,14 +264,21 @@ FEW_GROUP_SHAPES = [(t, h) for t in (1, 16, 256) for h in (768, 896, 1152, 2304,
 # 25600: 50; 16640: 65 warps of 2 groups, 3 pieces; 16512: 129 of 1, 5 pieces); rows of more
 # than 8192 elements only from 64 rows, below it the flat kernel (63 rows).
 PIECE_SHAPES = [(64, 18944), (100, 16896), (256, 25600), (77, 16640), (64, 16512), (63, 18944)]
+# More than 256 rows of 16-bit input (norm_quant.cu decode_takes_many_rows): the decode kernel
+# at every count from 1536 elements up to 8192 (2304: 2 groups a warp), up to 4096 rows at
+# 1024 and 1152 (1 group a warp), up to 1024 at 768 and 512 at 512; one past each bound, and
+# rows of more than 32 warps (4224), take the vector kernel; so does fp32 input.
+MANY_ROW_SHAPES = [(512, 512), (513, 512), (1024, 768), (1025, 768), (4096, 1024), (4097, 1024), (4096, 1152)]
+MANY_ROW_SHAPES += [(4097, 1152), (2049, 1536), (2049, 2304), (1000, 4096), (300, 7168), (513, 8192), (300, 4224)]
+DECODE_SHAPES = FEW_GROUP_SHAPES + PIECE_SHAPES + MANY_ROW_SHAPES
 
 
-@pytest.mark.parametrize("tokens, hidden", FEW_GROUP_SHAPES + PIECE_SHAPES, ids=_shape_ids(FEW_GROUP_SHAPES + PIECE_SHAPES))
+@pytest.mark.parametrize("tokens, hidden", DECODE_SHAPES, ids=_shape_ids(DECODE_SHAPES))
 @pytest.mark.parametrize("layout", ["row", "col", "col_ue8m0"])
 @pytest.mark.parametrize("dtype", (torch.float32,) + HALF_DTYPES, ids=_dt)
 def test_decode_few_groups_a_warp(dtype, layout, tokens, hidden, gen):
-    """Exact codes and scales at the decode kernel's 2- and 1-group-a-warp row lengths and in
-    pieces; v1 and v2 bit-identical (fp32 input: v1 only)."""
+    """Exact codes and scales at the decode kernel's 2- and 1-group-a-warp row lengths, in
+    pieces and at many rows; v1 and v2 bit-identical (fp32 input: v1 only)."""
     x = _rand((tokens, hidden), dtype, gen)
     ref = _ref(x, 128, FP8, layout)
     versions = ("v1",) if dtype == torch.float32 else _versions(layout)
@@ -293,6 +300,33 @@ def test_group_quant(dtype, out_dtype, group_size, layout, tokens, hidden, gen):
     x = _rand((tokens, hidden), dtype, gen)
     ref = _ref(x, group_size, out_dtype, layout)
     results = [_run_check(v, "wrapper", x, group_size, out_dtype, layout, ref) for v in _versions(layout)]
+    if len(results) == 2:
+        _assert_bitwise(*results)
+
+
+# More than 256 rows take norm_quant.cu's vector kernel (kGroupShapes); 5 vectors a lane where
+# neither 4 nor 8 fit: 16-bit rows of 640 / 1152 / 1280 / 2176 elements (80 / 144 / 160 / 272
+# vectors: 5 on 16 / 32 / 32 / 64 lanes) at every group size up to 128, 576 up to g=64 and 288
+# up to g=32 (1280 at g=256 too, a 16-bit test of test_fused_norm_quant.py); fp32 rows of 640
+# at every group size, 576 up to g=64 and 288 up to g=32. The other shapes here take 2 or 4
+# vectors. 257 rows (a partial last block) and 1024.
+FIVE_VEC_SHAPES = [(t, h) for t in (257, 1024) for h in (288, 576, 640, 1152, 1280, 2176)]
+
+
+@pytest.mark.parametrize("tokens, hidden", FIVE_VEC_SHAPES, ids=_shape_ids(FIVE_VEC_SHAPES))
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("group_size", GROUP_SIZES)
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=_dt)
+@pytest.mark.parametrize("dtype", (torch.float32,) + HALF_DTYPES, ids=_dt)
+def test_many_rows_five_vectors(dtype, out_dtype, group_size, layout, tokens, hidden, gen):
+    if hidden % group_size:
+        pytest.skip(f"hidden {hidden} is not a multiple of group_size {group_size}")
+    if layout == "row_ue8m0" and dtype == torch.float32:
+        pytest.skip("row-major UE8M0 scales: the v2 path, 16-bit input only")
+    x = _rand((tokens, hidden), dtype, gen)
+    ref = _ref(x, group_size, out_dtype, layout)
+    versions = ("v1",) if dtype == torch.float32 else _versions(layout)
+    results = [_run_check(v, "wrapper", x, group_size, out_dtype, layout, ref) for v in versions]
     if len(results) == 2:
         _assert_bitwise(*results)
 
