@@ -654,7 +654,10 @@ int pick_shape(const NormQuantShape (&shapes)[kShapes], int64_t rows, int64_t hv
 // not measured, up to 512 as for the norm ops). Rows of more than 32 warps (4224: 33 warps of
 // one group, which take the kernel in pieces at 256 rows) keep the vector kernel. Just past 256
 // rows (T = 257 / 512): H=1024 1.31 / 1.15 against 1.65 / 1.78, H=4096 1.40 / 3.27 against 2.10 /
-// 4.21, H=7168 1.78 / 4.39 against 2.94 / 6.10.
+// 4.21, H=7168 1.78 / 4.39 against 2.94 / 6.10. The same A/B on an H200 (T = 512 / 1024 / 4096 /
+// 32768): from 1536 elements 1.04-1.59x (H=4096 2.23 / 3.97 / 12.87 / 94.26 against 2.66 / 5.38
+// / 14.37 / 97.64); H=1152 1.03x and H=1024 0.98x at 4096 rows (5.47 against 5.35), H=1024 0.65x
+// and H=768 0.55x at 32768 (excluded).
 constexpr int64_t kDecodeAnyLengthRows = 512;
 
 inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool fused, size_t elt_bytes) {
