@@ -826,27 +826,26 @@ template <typename T>
 cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, cudaStream_t stream) {
   constexpr int kVec = kVec16<T>;
   if (p.weight != nullptr || p.residual != nullptr) return cudaErrorNotSupported;
-  if (p.rows <= 256) {
-    // Decode sizes: the decode kernel without the norm where it applies (plain rows, g=128,
-    // fp8 without a clamp, row-major or packed UE8M0 scales), else the caller's flat kernel.
-    // NOTE (H200, bf16, bench_group_quant.py): gq_fp8_g128 H=4096 T=1/16/128 0.93/1.06/1.18 us
-    // (flat kernel: 0.99 at T=1), gq_ue8m0_g128 H=7168 T=128 1.55 (flat 2.06); H=7168 T=1 1.25
-    // against the flat kernel's 1.10 (one SM reads the whole row). Crossover on an H100
-    // (tune_norm_quant.cu --op group, row-major scales, decode / flat us): H=4096 and 7168
-    // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
-    // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
-    // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
-    // to the flat kernel below 64 rows. Rows of more than 32 warps (above 16384 elements at 4
-    // groups a warp, above 4096 at 1: 4224) take the kernel in pieces of at most 32 warps
-    // (launch_norm_decode); before, the flat kernel: H100,
-    // bench_group_quant.py --models, gq_fp8_g128 T=128 H=18944 3.70 us (H=12288, one block a
-    // row: 1.61).
-    if (p.masked_m != nullptr || code != QuantCode::kFp8) return cudaErrorNotSupported;
-    if (p.hidden > 8192 && p.rows < 64) return cudaErrorNotSupported;
-    return launch_norm_decode<T>(p, stream);
-  }
-  // More rows: the decode kernel where decode_takes_many_rows says so, else the vector kernel.
-  if (p.masked_m == nullptr && code == QuantCode::kFp8) {
+  // Decode sizes (<= 256 rows): the decode kernel without the norm where it applies (plain
+  // rows, g=128, fp8 without a clamp, row-major or packed UE8M0 scales), else the caller's
+  // flat kernel.
+  // NOTE (H200, bf16, bench_group_quant.py): gq_fp8_g128 H=4096 T=1/16/128 0.93/1.06/1.18 us
+  // (flat kernel: 0.99 at T=1), gq_ue8m0_g128 H=7168 T=128 1.55 (flat 2.06); H=7168 T=1 1.25
+  // against the flat kernel's 1.10 (one SM reads the whole row). Crossover on an H100
+  // (tune_norm_quant.cu --op group, row-major scales, decode / flat us): H=4096 and 7168
+  // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
+  // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
+  // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
+  // to the flat kernel below 64 rows. Rows of more than 32 warps (above 16384 elements at 4
+  // groups a warp, above 4096 at 1: 4224) take the kernel in pieces of at most 32 warps
+  // (launch_norm_decode); before, the flat kernel: H100,
+  // bench_group_quant.py --models, gq_fp8_g128 T=128 H=18944 3.70 us (H=12288, one block a
+  // row: 1.61).
+  // More than 256 rows: the decode kernel where decode_takes_many_rows says so, else the
+  // vector kernel below.
+  const bool decode_ok = p.masked_m == nullptr && code == QuantCode::kFp8 && !(p.hidden > 8192 && p.rows < 64);
+  if (p.rows <= 256) return decode_ok ? launch_norm_decode<T>(p, stream) : cudaErrorNotSupported;
+  if (decode_ok) {
     const cudaError_t err = launch_norm_decode<T>(p, stream);
     if (err != cudaErrorNotSupported) return err;
   }
