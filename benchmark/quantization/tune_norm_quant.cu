@@ -397,6 +397,20 @@ Variant decode_many_variant(int64_t rows, int64_t hidden) {
   return v;
 }
 
+// Session 27: norm_quant_rows_kernel (the decode layout looping over rows, the next row's
+// loads issued before this row's work), kK groups a warp; "d1" as in session 27's notes (loads
+// one row ahead; two ahead, "d2", measured slower and removed). Rows "qp kK d1".
+template <int kK>
+Variant rows_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = "qp k" + std::to_string(kK) + " d1";
+  for (int a = 0; a < 2; ++a) {
+    v.fused[a] = [=](const Set& b, cudaStream_t s) { return launch_norm_rows<T>(params(b, rows, hidden, a == 1), s, kK); };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };  // (norm ops only)
+  return v;
+}
+
 // The decode kernel's quantization epilogue taken apart (session 20): a copy of
 // norm_quant_decode_kernel (one block a row, trigger right after the wait) with kFlags:
 // 1 = hidden and qmax converted / loaded before the wait (an empty asm pins them there);
@@ -814,6 +828,9 @@ int run(int argc, char** argv) {
           vs.push_back(diag_variant<2, 64, 2, 4>(Tn, H));
           vs.push_back(diag_variant<2, 64, 2, 7>(Tn, H));
         }
+        vs.push_back(rows_variant<4>(Tn, H));
+        vs.push_back(rows_variant<2>(Tn, H));
+        vs.push_back(rows_variant<1>(Tn, H));
         vs.push_back(decode_many_variant<4>(Tn, H));
         vs.push_back(decode_many_variant<2>(Tn, H));
         vs.push_back(decode_many_variant<1>(Tn, H));

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "quantization/quant.cuh"
@@ -29,6 +30,7 @@
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/row_norm.cuh"
+#include "sgl_kernel/runtime.h"
 #include "sgl_kernel/scalar_rows.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
@@ -294,6 +296,74 @@ __device__ __forceinline__ void store_word_bytes(uint8_t* dst, uint32_t v, int n
   }
 }
 
+// The decode layout's quantization step for this lane's part of a row: y = f * rstd * w (y = f
+// without the norm), the warp's kK group maxima (redux), the scales (lanes 0 .. kK - 1 store
+// them at scale_at: this lane's group for row-major fp32 scales, the warp's packed word
+// otherwise) and the codes at out_q (the first element of the block's part of the row). qmax_r:
+// qmax's reciprocal, q_ok = qmax_recip_ok(qmax) (both formed once by the caller).
+template <typename T, DecodeScales kScales, bool kNorm, int kK, int kElems>
+__device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, const float (&f)[kK][kElems], float rstd,
+                                                const Vec<T, kElems> (&w)[kNorm ? kK : 1], int warp, float qmax,
+                                                float qmax_r, bool q_ok, void* scale_at, uint8_t* out_q) {
+  const int lane = threadIdx.x & 31;
+  const int mine = lane & (kK - 1);
+  float y[kK][kElems];
+  uint32_t gmax[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    float amax = 0.f;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      y[k][e] = kNorm ? f[k][e] * rstd * to_float(w[kNorm ? k : 0][e]) : f[k][e];
+      amax = max_abs_nan(amax, y[k][e]);
+    }
+    // |y| and NaN are non-negative floats: their order is the unsigned order of their bits.
+    gmax[k] = __reduce_max_sync(0xffffffffu, __float_as_uint(amax));
+  }
+  // Lane j works out the scale of group k = j % kK (one division and one reciprocal a lane,
+  // not kK in sequence), stores it (lanes 0..kK-1), and the lanes fetch the kK inverses.
+  uint32_t m = gmax[0];
+#pragma unroll
+  for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
+  // The scale s, the scale the codes use, and its inverse. The maxima are warp-uniform (redux
+  // results), so one uniform test sends the warp down a path without checks when all four lie
+  // where each step is exact without them (amax_in_plain_range); else the checked steps.
+  const uint32_t floor_bits = __float_as_uint(p.eps);
+  float s, used, inv;
+  if (amax_in_plain_range(gmax, floor_bits, q_ok)) {
+    s = remainder_div(__uint_as_float(max(m, floor_bits)), qmax, qmax_r);
+    plain_used_and_inverse<kScales == DecodeScales::kPackedUe8m0>(s, used, inv);
+  } else {
+    s = scale_from_amax_recip(m, p.eps, qmax, qmax_r, q_ok);
+    used = kScales == DecodeScales::kRowF32 ? s : ue8m0_ceil(s);
+    inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
+  }
+  if constexpr (kScales == DecodeScales::kRowF32) {
+    if (lane < kK) *static_cast<float*>(scale_at) = s;
+  } else {
+    // A warp's four groups fill one int32 word (byte k = group warp * 4 + k): OR the lanes'
+    // exponent bytes together and store the word once (byte stores from four lanes, as the
+    // general kernel does, measured slower at T=128). With 2 or 1 groups a warp, lane 0 stores
+    // the warp's kK bytes, and the row's last warp also the zeros of its word's unused bytes.
+    const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
+    const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
+    if (lane == 0) {
+      if constexpr (kK == 4) {
+        *static_cast<uint32_t*>(scale_at) = word;
+      } else {
+        const int off = (warp * kK) % 4;
+        const bool last = static_cast<int64_t>(warp + 1) * (kK * kDecodeGroup) >= p.hidden;
+        store_word_bytes(static_cast<uint8_t*>(scale_at), word, last ? 4 - off : kK);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
+        to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
+  }
+}
+
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
           PdlTrigger kTrig = PdlTrigger::kEarly, int kK = kDecodeGroupsPerLane, bool kPieces = false>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
@@ -382,61 +452,121 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   }
   if (!owned) return;  // (whole warps: the rest has only warp-wide steps)
 
-  float y[kK][kElems];
-  uint32_t gmax[kK];
+  decode_quantize<T, kScales, kNorm, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
+                                                 static_cast<uint8_t*>(p.output_q) + row * p.hidden + part);
+}
+
+// Many rows in the decode layout (session 27): the decode kernel's block shape and step, but
+// each block loops over rows blockIdx.x, + gridDim.x, ... (a grid of as many blocks as the SMs
+// hold at once), the next row's loads issued before this row's sum of squares and
+// quantization: a row's load latency overlaps the previous row's barrier and stores, the
+// weight is loaded once a block, and no block is launched per row. The partial sums alternate
+// between two shared tables, so one barrier a row suffices (a warp writing row i + 2's partial
+// has passed row i + 1's barrier, which every warp reaches only after reading row i's).
+// Loads two rows ahead were slower (H200, tune_norm_quant.cu "qp k4 d2": plain op H=4096
+// T=4096 21.98 us against 16.33).
+constexpr int kRowsMaxThreads = 512;  // 128 registers: the fused op at 4 groups a warp spilled under 64
+
+template <typename T, bool kFused, DecodeScales kScales, int kK>
+__global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const RowQuantParams<T> p) {
+  constexpr int kElems = 4;
+  using V = Vec<T, kElems>;
+  __shared__ float partial[2][32];
+  const int lane = threadIdx.x & 31;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int mine = lane & (kK - 1);
+  const int64_t stride = gridDim.x;
+  const float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  const bool q_ok = qmax_recip_ok(qmax);
+  T* const no_res = nullptr;
+  auto fetch = [&](int64_t r, V (&x)[kK], V (&res)[kFused ? kK : 1]) {
+    V unused[kK];
+    decode_row_fetch<T, kElems, kK, kFused>(p.input + r * p.input_stride,
+                                            kFused ? p.residual + r * p.residual_stride : no_res, nullptr, false,
+                                            x, res, unused);
+  };
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  V w[kK];
 #pragma unroll
-  for (int k = 0; k < kK; ++k) {
-    float amax = 0.f;
+  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + decode_col<kElems, kK>(k));
+  int64_t row = blockIdx.x;  // < p.rows: the grid has at most p.rows blocks
+  V x[kK], r[kFused ? kK : 1];
+  fetch(row, x, r);
+  for (int it = 0; row < p.rows; ++it, row += stride) {
+    const bool more = row + stride < p.rows;
+    V xn[kK], rn[kFused ? kK : 1];
+    if (more) fetch(row + stride, xn, rn);
+    float f[kK][kElems];
+    const float sum_sq = row_group_sum(
+        decode_row_sum<T, kElems, kK, kFused>(x, r, kFused ? p.residual + row * p.residual_stride : no_res, true, f),
+        static_cast<int>(blockDim.x), partial[it & 1]);
+    const float rstd = rsqrtf(sum_sq / hidden_f + p.rms_eps);
+    void* scale_at =
+        kScales == DecodeScales::kRowF32
+            ? static_cast<void*>(static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine)
+            : static_cast<void*>(reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.scales.ptr) +
+                                                            row * p.scales.stride_m +
+                                                            (warp * kK / 4) * p.scales.stride_g) +
+                                 (warp * kK) % 4);
+    decode_quantize<T, kScales, true, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
+                                                  static_cast<uint8_t*>(p.output_q) + row * p.hidden);
+    if (!more) break;
 #pragma unroll
-    for (int e = 0; e < kElems; ++e) {
-      y[k][e] = kNorm ? f[k][e] * rstd * to_float(w[kNorm ? k : 0][e]) : f[k][e];
-      amax = max_abs_nan(amax, y[k][e]);
+    for (int k = 0; k < kK; ++k) {
+      x[k] = xn[k];
+      if constexpr (kFused) r[k] = rn[k];
     }
-    // |y| and NaN are non-negative floats: their order is the unsigned order of their bits.
-    gmax[k] = __reduce_max_sync(0xffffffffu, __float_as_uint(amax));
   }
-  // Lane j works out the scale of group k = j % kK (one division and one reciprocal a lane,
-  // not kK in sequence), stores it (lanes 0..kK-1), and the lanes fetch the kK inverses.
-  uint32_t m = gmax[0];
-#pragma unroll
-  for (int k = 1; k < kK; ++k) m = mine == k ? gmax[k] : m;
-  // The scale s, the scale the codes use, and its inverse. The maxima are warp-uniform (redux
-  // results), so one uniform test sends the warp down a path without checks when all four lie
-  // where each step is exact without them (amax_in_plain_range); else the checked steps.
-  const uint32_t floor_bits = __float_as_uint(p.eps);
-  float s, used, inv;
-  if (amax_in_plain_range(gmax, floor_bits, q_ok)) {
-    s = remainder_div(__uint_as_float(max(m, floor_bits)), qmax, qmax_r);
-    plain_used_and_inverse<kScales == DecodeScales::kPackedUe8m0>(s, used, inv);
+}
+
+// The looping kernel (norm_quant_rows_kernel) at gpw groups a warp (1, 2 or 4) for the norm
+// ops' p, which meets the decode kernel's conditions on codes, group, scales and alignment
+// (launch_norm_decode checks them), in a grid of as many blocks as the SMs hold at once (at
+// most p.rows); cudaErrorNotSupported where the row is not a whole number of warps of at most
+// kRowsMaxThreads.
+template <typename T>
+cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, int gpw) {
+  if constexpr (sizeof(T) != 2) {
+    return cudaErrorNotSupported;  // (16-bit input only: rows_kernel_groups_per_warp)
   } else {
-    s = scale_from_amax_recip(m, p.eps, qmax, qmax_r, q_ok);
-    used = kScales == DecodeScales::kRowF32 ? s : ue8m0_ceil(s);
-    inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
+  const bool row_f32 = !p.scales.packed_ue8m0;
+  const bool norm = p.weight != nullptr, fused = p.residual != nullptr;
+  const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
+  if (!norm || (gpw != 1 && gpw != 2 && gpw != 4) || p.hidden % per_warp != 0 ||
+      p.hidden / per_warp * 32 > kRowsMaxThreads) {
+    return cudaErrorNotSupported;
   }
-  if constexpr (kScales == DecodeScales::kRowF32) {
-    if (lane < kK) *static_cast<float*>(scale_at) = s;
-  } else {
-    // A warp's four groups fill one int32 word (byte k = group warp * 4 + k): OR the lanes'
-    // exponent bytes together and store the word once (byte stores from four lanes, as the
-    // general kernel does, measured slower at T=128). With 2 or 1 groups a warp, lane 0 stores
-    // the warp's kK bytes, and the row's last warp also the zeros of its word's unused bytes.
-    const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
-    const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
-    if (lane == 0) {
-      if constexpr (kK == 4) {
-        *static_cast<uint32_t*>(scale_at) = word;
-      } else {
-        const int off = (warp * kK) % 4;
-        const bool last = static_cast<int64_t>(warp + 1) * (kK * kDecodeGroup) >= p.hidden;
-        store_word_bytes(static_cast<uint8_t*>(scale_at), word, last ? 4 - off : kK);
-      }
-    }
+  const int threads = static_cast<int>(p.hidden / per_warp * 32);
+  using K = void (*)(RowQuantParams<T>);
+  constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+#define SGL_NQ_ROWS(FUSED)                                                                                   \
+  {{norm_quant_rows_kernel<T, FUSED, kRow, 1>, norm_quant_rows_kernel<T, FUSED, kRow, 2>,                          \
+    norm_quant_rows_kernel<T, FUSED, kRow, 4>},                                                                   \
+   {norm_quant_rows_kernel<T, FUSED, kPacked, 1>, norm_quant_rows_kernel<T, FUSED, kPacked, 2>,                    \
+    norm_quant_rows_kernel<T, FUSED, kPacked, 4>}}
+  // [norm, fused][row-major, packed][gpw 1, 2, 4] (the plain group quant measured slower: not built)
+  static constexpr K kKernels[2][2][3] = {SGL_NQ_ROWS(false), SGL_NQ_ROWS(true)};
+#undef SGL_NQ_ROWS
+  const int gi = gpw == 1 ? 0 : gpw == 2 ? 1 : 2;
+  const K kernel = kKernels[fused ? 1 : 0][row_f32 ? 0 : 1][gi];
+  const int which = ((fused ? 1 : 0) * 2 + (row_f32 ? 0 : 1)) * 3 + gi;
+  // Blocks an SM holds, per kernel and block size, asked once (0: not yet). Every device of a
+  // process is taken to be of one architecture: on a mixed host a wrong count costs speed
+  // only (the blocks loop over any number of rows).
+  static std::atomic<int> fits[2 * 2 * 3][kRowsMaxThreads / 32 + 1];
+  std::atomic<int>& cached = fits[which][threads / 32];
+  int fit = cached.load(std::memory_order_relaxed);
+  if (fit == 0) {
+    SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, 0));
+    fit = std::max(fit, 1);
+    cached.store(fit, std::memory_order_relaxed);
   }
-  uint8_t* out_q = static_cast<uint8_t*>(p.output_q) + row * p.hidden + part;
-#pragma unroll
-  for (int k = 0; k < kK; ++k) {
-    *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
-        to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
+  int device = 0;
+  SGL_CUDA_TRY(cudaGetDevice(&device));
+  const int64_t blocks = std::min<int64_t>(p.rows, int64_t{fit} * device_sm_count(device));
+  return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), 0, stream,
+                       p.enable_pdl, p);
   }
 }
 
@@ -613,9 +743,10 @@ int pick_shape(const NormQuantShape (&shapes)[kShapes], int64_t rows, int64_t hv
 
 // Whether the decode kernel also takes more than 256 rows of 16-bit input, rows of a multiple
 // of 512 elements up to 8192 (one block a row, 1 to 16 warps): up to 512 rows at every such
-// length; the fused op's rows from 2560 elements at any count; the plain op's rows where its
-// many-row shapes (with 2048 rows or more) would run 4 vectors a lane on more than 128 lanes
-// (5120 and 6656).
+// length, and the fused op's rows from 2560 elements at any count (where the looping kernel,
+// rows_kernel_groups_per_warp, does not take them first). Until session 27 also the plain op's
+// 5120 and 6656 at any count (where the vector kernel ran 4 vectors a lane on 160 / 208 lanes):
+// the looping kernel's now.
 // Session 26 (H100, tune_norm_quant.cu "qd many k4" against the vector kernel's shape, us):
 // - Just past 256 rows the vector kernel's shapes were up to 1.8x slower: plain op at T = 300 /
 //   512, H=512 1.34 / 1.36 against 2.36 / 2.38, H=1024 1.71 / 2.04 against 2.67 / 2.76, H=2048
@@ -668,11 +799,44 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
     return hidden >= 1536 || rows <= (hidden >= 1024 ? 4096 : hidden >= 768 ? 1024 : kDecodeAnyLengthRows);
   }
   if (hidden % (4 * kDecodeGroup) != 0) return false;
-  if (rows <= kDecodeAnyLengthRows) return true;
-  if (fused) return hidden >= 2560;
-  int tpr = 0;
-  const int i = pick_shape(kManyRowPlainShapes, int64_t{1} << 62, hidden / 8, kDecodeGroup / 8, &tpr);
-  return i >= 0 && kManyRowPlainShapes[i].vpt == 4 && tpr > 128;
+  return rows <= kDecodeAnyLengthRows || (fused && hidden >= 2560);
+}
+
+// Groups a warp of the looping kernel (norm_quant_rows_kernel) for the norm ops' rows of
+// 16-bit input where it runs (launch_norm_decode's conditions met), 0 elsewhere:
+// - plain op, rows of a multiple of 512 elements: 2560-8192 from 513 rows (from 257 at
+//   6144-8192), 1536-2048 from 513 up to 4096 rows;
+// - fused op: 2560 from 513 rows at 4 groups a warp; 1536, 2048, 2304 from 513 up to 4096 rows
+//   at 2 (its in-place residual makes a row twice the loads; 4 groups a warp were slower there).
+// Session 27 (H200, tune_norm_quant.cu "qp k4 d1" / "qp k2 d1" against "prod", bf16, row-major
+// scales, us at T = 512 / 768 / 1024 / 4096 / 16384; packed UE8M0 alike at 2560, 4096, 7168):
+// - plain H=2560 2.40 / 3.60 / 4.67 / 12.09 / 41.22 against 2.21 / 4.15 / 5.31 / 15.31 / 52.40;
+//   H=3072 2.62 / 5.02 / 5.17 / 13.57 / 46.95 against 2.54 / 5.44 / 5.64 / 16.17 / 55.58; H=4096
+//   3.11 / 5.87 / 6.01 / 16.33 / 58.13 against 2.91 / 6.40 / 6.72 / 19.41 / 66.17; H=5120 5.42 /
+//   5.92 / 7.61 / 20.85 / 75.58 against 5.19 / 6.47 / 8.17 / 26.26 / 96.89; H=6144 5.18 / 6.62 /
+//   8.01 / 24.54 / 90.72 against 5.58 / 9.12 / 10.24 / 31.72 / 115.31; H=7168 5.79 / 7.43 / 8.98 /
+//   28.10 / 103.76 against 6.32 / 8.91 / 10.56 / 33.44 / 121.83; H=8192 6.13 / 7.87 / 9.68 /
+//   30.65 / 114.27 against 6.81 / 9.55 / 11.28 / 35.11 / 129.06 (3584 alike). H=1536 1.99 / 2.77
+//   / 2.81 / 9.08 / 30.38 against 1.70 / 3.11 / 3.12 / 9.14 / 29.01; H=2048 2.21 / 3.12 / 3.18 /
+//   10.35 / 35.37 against 2.02 / 3.39 / 3.52 / 10.70 / 34.14.
+// - fused H=2560 (k4), T = 512 / 1024 / 4096 / 16384: 3.02 / 7.05 / 20.96 / 75.25 against 2.88 /
+//   7.19 / 21.83 / 81.13. k2: H=1536 2.33 / 3.53 / 13.90 / 48.85 against 2.07 / 3.89 / 14.05 /
+//   45.89; H=2048 2.73 / 4.21 / 16.81 / 60.68 against 2.60 / 4.30 / 18.20 / 60.59; H=2304 3.67 /
+//   6.73 / 19.58 / 70.03 against 3.46 / 7.30 / 20.32 / 68.20. At 3072, 4096 and 7168 it was 1-15 %
+//   slower (H=4096 k2 31.85 against 30.25 at T=4096).
+// - The plain group quant (no norm, so no barrier to hide): 5-20 % slower than the decode
+//   kernel at 1536-7168 (H=4096 T=4096 13.92 against 12.87): not taken.
+// fp32 input (16-byte loads) was not measured and keeps the other kernels.
+inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused, size_t elt_bytes) {
+  if (elt_bytes != 2 || rows <= 256 || hidden > 8192) return 0;
+  const bool mid = rows > kDecodeAnyLengthRows && rows <= 4096;
+  if (!fused) {
+    if (hidden % (4 * kDecodeGroup) != 0) return 0;
+    if (hidden >= 6144 || (hidden >= 2560 && rows > kDecodeAnyLengthRows) || (hidden >= 1536 && mid)) return 4;
+    return 0;
+  }
+  if (hidden == 2560 && rows > kDecodeAnyLengthRows) return 4;
+  return (hidden == 1536 || hidden == 2048 || hidden == 2304) && mid ? 2 : 0;
 }
 
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
@@ -690,12 +854,20 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
   const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
   auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
   const bool fused = p.residual != nullptr;
-  if ((p.rows > 256 && !decode_takes_many_rows(p.rows, p.hidden, norm, fused, sizeof(T))) || p.group_size != kDecodeGroup ||
-      p.hidden % per_warp != 0 ||
-      needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) || (!row_f32 && !p.scales.packed_ue8m0) ||
-      !aligned(p.input, p.input_stride) || (norm && !aligned(p.weight, 0)) ||
+  if (p.group_size != kDecodeGroup || needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) ||
+      (!row_f32 && !p.scales.packed_ue8m0) || !aligned(p.input, p.input_stride) || (norm && !aligned(p.weight, 0)) ||
       (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
       reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
+    return cudaErrorNotSupported;
+  }
+  if (norm && p.rows > 256) {
+    const int rows_gpw = rows_kernel_groups_per_warp(p.rows, p.hidden, fused, sizeof(T));
+    if (rows_gpw > 0) {
+      const cudaError_t err = launch_norm_rows<T>(p, stream, rows_gpw);
+      if (err != cudaErrorNotSupported) return err;
+    }
+  }
+  if ((p.rows > 256 && !decode_takes_many_rows(p.rows, p.hidden, norm, fused, sizeof(T))) || p.hidden % per_warp != 0) {
     return cudaErrorNotSupported;
   }
   constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;

@@ -152,28 +152,31 @@ __device__ __forceinline__ int decode_col(int k) {
   return (static_cast<int>(threadIdx.x >> 5) * kK + k) * (32 * kElems) + static_cast<int>(threadIdx.x & 31) * kElems;
 }
 
-// Loads this lane's part of the row (fused: input + residual rounded to T, stored back into the
-// residual) and of the weight, all loads before any store; f: the row in fp32. Returns the
-// row's sum of squares, summed over the block (every thread of the block must call it).
-// owned = false (warp-uniform; split rows, where several blocks read a row for its sum and
-// each writes its own part): the warp loads no weight and stores no residual. kTrigger: the PDL
-// trigger once the loads are issued (PdlTrigger::kAfterLoads).
-template <typename T, int kElems, int kK, bool kFused, bool kTrigger = false>
-__device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* weight, float (&f)[kK][kElems],
-                                                 Vec<T, kElems> (&w)[kK], float* scratch, bool owned = true) {
+// This lane's part of a row in the decode layout (fused: also the residual's), and of the
+// weight where load_w, as loads only: decode_row_sum uses them.
+template <typename T, int kElems, int kK, bool kFused>
+__device__ __forceinline__ void decode_row_fetch(const T* in, const T* res, const T* weight, bool load_w,
+                                                 Vec<T, kElems> (&x)[kK], Vec<T, kElems> (&r)[kFused ? kK : 1],
+                                                 Vec<T, kElems> (&w)[kK]) {
   using V = Vec<T, kElems>;
-  V x[kK], r[kFused ? kK : 1];
 #pragma unroll
   for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(in + decode_col<kElems, kK>(k));
   if constexpr (kFused) {
 #pragma unroll
     for (int k = 0; k < kK; ++k) r[k] = load_vec<V>(res + decode_col<kElems, kK>(k));
   }
-  if (owned) {
+  if (load_w) {
 #pragma unroll
     for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(weight + decode_col<kElems, kK>(k));
   }
-  if constexpr (kTrigger) SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+// The row in fp32 from decode_row_fetch's loads (fused: input + residual rounded to T, stored
+// into the residual at `res` where store_res), and this lane's sum of squares of it.
+template <typename T, int kElems, int kK, bool kFused>
+__device__ __forceinline__ float decode_row_sum(const Vec<T, kElems> (&x)[kK], const Vec<T, kElems> (&r)[kFused ? kK : 1],
+                                                T* res, bool store_res, float (&f)[kK][kElems]) {
+  using V = Vec<T, kElems>;
   float sum_sq = 0.f;
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
@@ -189,7 +192,7 @@ __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* w
       sum_sq += f[k][e] * f[k][e];
     }
     if constexpr (kFused) {
-      if (owned) {
+      if (store_res) {
         // (16-byte vectors through store_vec: a struct copy may split them; the 8-byte ones
         // keep the struct copy, whose schedule was measured.)
         if constexpr (sizeof(V) == 16) {
@@ -200,6 +203,23 @@ __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* w
       }
     }
   }
+  return sum_sq;
+}
+
+// Loads this lane's part of the row (fused: input + residual rounded to T, stored back into the
+// residual) and of the weight, all loads before any store; f: the row in fp32. Returns the
+// row's sum of squares, summed over the block (every thread of the block must call it).
+// owned = false (warp-uniform; split rows, where several blocks read a row for its sum and
+// each writes its own part): the warp loads no weight and stores no residual. kTrigger: the PDL
+// trigger once the loads are issued (PdlTrigger::kAfterLoads).
+template <typename T, int kElems, int kK, bool kFused, bool kTrigger = false>
+__device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* weight, float (&f)[kK][kElems],
+                                                 Vec<T, kElems> (&w)[kK], float* scratch, bool owned = true) {
+  using V = Vec<T, kElems>;
+  V x[kK], r[kFused ? kK : 1];
+  decode_row_fetch<T, kElems, kK, kFused>(in, res, weight, owned, x, r, w);
+  if constexpr (kTrigger) SGL_PDL_LAUNCH_DEPENDENTS();
+  const float sum_sq = decode_row_sum<T, kElems, kK, kFused>(x, r, res, owned, f);
   return row_group_sum(sum_sq, static_cast<int>(blockDim.x), scratch);
 }
 

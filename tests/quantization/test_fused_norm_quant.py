@@ -280,9 +280,11 @@ def test_decode_clusters(op, layout, hidden, tokens, gen):
 #   (33 of 2) exceed a block and take the vector kernel; 257 rows the many-row kernels.
 # - Many rows (decode_takes_many_rows; 16-bit input, row-major and packed UE8M0 scales): both
 #   ops' rows of a multiple of 512 elements up to 8192 up to 512 rows (513: the vector
-#   kernel); beyond, fused_add_rmsnorm_quant's from 2560 and fused_rmsnorm_quant's 5120 and
-#   6656. The other lengths there, the column-major fp32 layout and fp32 input keep the vector
-#   kernel (the plain op's 4608 at 2049 rows: 9 vectors a lane; 8704 past 8192 at any count).
+#   kernel); beyond, fused_add_rmsnorm_quant's from 2560 (3072 and up: the decode kernel; 2560:
+#   the looping kernel, test_rows_kernel). The plain op's rows of 2048 and from 2560 take the
+#   looping kernel at 513 and 2049 rows (6656 and 8192 already at 257 and 512). The other
+#   lengths there, the column-major fp32 layout and fp32 input keep the vector kernel (the
+#   plain op's 4608 at 2049 rows: 9 vectors a lane; 8704 past 8192 at any count).
 FEW_GROUP_HIDDEN = [128, 384, 640, 896, 1152, 2304, 3840, 5376, 7936, 4224, 8448]
 MANY_ROW_HIDDEN = [512, 1024, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6656, 8192, 8704]
 DECODE_PATH_SHAPES = [(t, h) for h in FEW_GROUP_HIDDEN for t in (1, 16, 256, 257)] + [
@@ -295,6 +297,25 @@ DECODE_PATH_SHAPES = [(t, h) for h in FEW_GROUP_HIDDEN for t in (1, 16, 256, 257
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
 @pytest.mark.parametrize("op", OPS)
 def test_decode_kernel_paths(op, dtype, layout, tokens, hidden, gen):
+    x, r, w = _make(op, tokens, hidden, dtype, gen)
+    _run_check(op, x, r, w, 128, FP8, layout)
+
+
+# The looping kernel (norm_quant.cu norm_quant_rows_kernel, rows_kernel_groups_per_warp:
+# 16-bit input, g=128 fp8, row-major fp32 or packed UE8M0 scales): a grid of as many blocks as
+# the SMs hold, each block taking every gridDim.x-th row with the next row's loads in flight.
+# Rows on either side of its bounds (512 / 513, 4096 / 4097; 257 from 6144 elements for the
+# plain op), and 8193 rows: several rows a block, the last round partial. The plain op at 4
+# groups a warp from 1536 elements; the fused op at 4 (2560) or 2 (1536, 2048, 2304).
+ROWS_KERNEL_SHAPES = [(t, h) for h in (1536, 2048, 2304, 2560, 4096) for t in (513, 4096, 4097)]
+ROWS_KERNEL_SHAPES += [(257, 6144), (512, 8192), (8193, 2304), (8193, 2560), (8193, 6144)]
+
+
+@pytest.mark.parametrize("tokens, hidden", ROWS_KERNEL_SHAPES, ids=_shape_ids(ROWS_KERNEL_SHAPES))
+@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_dt)
+@pytest.mark.parametrize("op", OPS)
+def test_rows_kernel(op, dtype, layout, tokens, hidden, gen):
     x, r, w = _make(op, tokens, hidden, dtype, gen)
     _run_check(op, x, r, w, 128, FP8, layout)
 
@@ -371,12 +392,17 @@ def test_quant_eps(op, gen):
 STRIDE_CASES = [(PLAIN, "input"), (ADD, "input"), (ADD, "residual"), (ADD, "both")]
 
 
+# (1025 rows of 1536 / 2560: the looping kernel, test_rows_kernel; packed UE8M0 scales.)
+STRIDE_SHAPES = [(37, 1536), (1025, 1536), (1025, 2560)]
+
+
+@pytest.mark.parametrize("tokens, hidden", STRIDE_SHAPES, ids=_shape_ids(STRIDE_SHAPES))
 @pytest.mark.parametrize("op, which", STRIDE_CASES, ids=[f"{op}-{w}" for op, w in STRIDE_CASES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
-def test_row_stride(op, which, dtype, gen):
+def test_row_stride(op, which, dtype, tokens, hidden, gen):
     """input / residual as views of wider rows (row stride H + 64: 16-byte aligned rows). The
     columns outside the views must stay untouched."""
-    tokens, hidden, pad = 37, 1536, 64
+    pad = 64
     x, r, w = _make(op, tokens, hidden, dtype, gen)
     bases = []
     if which in ("input", "both"):
