@@ -805,11 +805,14 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 // Groups a warp of the looping kernel (norm_quant_rows_kernel) for the norm ops' rows of
 // 16-bit input where it runs (launch_norm_decode's conditions met), 0 elsewhere:
 // - plain op, rows of a multiple of 512 elements: 2560-8192 from 513 rows (from 257 at
-//   6144-8192), 1536-2048 from 513 up to 4096 rows;
-// - fused op: 2560 from 513 rows at 4 groups a warp; 1536, 2048, 2304 from 513 up to 4096 rows
-//   at 2 (its in-place residual makes a row twice the loads; 4 groups a warp were slower there).
-// Session 27 (H200, tune_norm_quant.cu "qp k4 d1" / "qp k2 d1" against "prod", bf16, row-major
-// scales, us at T = 512 / 768 / 1024 / 4096 / 16384; packed UE8M0 alike at 2560, 4096, 7168):
+//   6144-8192), 1536-2048 from 513 up to 4096 rows (4 groups a warp); other lengths: 896 and
+//   1152 (1 group a warp) and 2304 (2) from 257 rows up to 1024 / 512 / 1024;
+// - fused op: 2560 from 513 rows at 4 groups a warp; at 2 (its in-place residual makes a row
+//   twice the loads; 4 groups a warp were slower there) 1536 and 2048 from 513, 1280, 2304 and
+//   3840 from 257, all up to 4096 rows; 896 and 1152 at 1 from 257 up to 512 rows.
+// Session 27 (H200, tune_norm_quant.cu "qp k4 d1" / "qp k2 d1" / "qp k1 d1" against "prod", bf16,
+// row-major scales, us at T = 512 / 768 / 1024 / 4096 / 16384; packed UE8M0 alike at 2560, 4096,
+// 7168):
 // - plain H=2560 2.40 / 3.60 / 4.67 / 12.09 / 41.22 against 2.21 / 4.15 / 5.31 / 15.31 / 52.40;
 //   H=3072 2.62 / 5.02 / 5.17 / 13.57 / 46.95 against 2.54 / 5.44 / 5.64 / 16.17 / 55.58; H=4096
 //   3.11 / 5.87 / 6.01 / 16.33 / 58.13 against 2.91 / 6.40 / 6.72 / 19.41 / 66.17; H=5120 5.42 /
@@ -819,24 +822,46 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 //   30.65 / 114.27 against 6.81 / 9.55 / 11.28 / 35.11 / 129.06 (3584 alike). H=1536 1.99 / 2.77
 //   / 2.81 / 9.08 / 30.38 against 1.70 / 3.11 / 3.12 / 9.14 / 29.01; H=2048 2.21 / 3.12 / 3.18 /
 //   10.35 / 35.37 against 2.02 / 3.39 / 3.52 / 10.70 / 34.14.
+// - plain, other lengths (T = 512 / 1024 / 4096 / 16384): H=896 k1 1.74 / 2.58 / 8.24 / 28.65
+//   against 2.59 / 2.71 / 6.04 / 17.63; H=1152 k1 1.97 / 3.05 / 9.93 against 2.26 / 2.76 / 8.15;
+//   H=2304 k2 2.55 / 4.78 / 13.66 / 49.68 against 2.87 / 5.04 / 13.35 / 42.92. Slower: H=1280 k2
+//   from 1024 rows (2.89 against 2.78), H=3840 k2 (3.98 against 3.60 at T=512).
 // - fused H=2560 (k4), T = 512 / 1024 / 4096 / 16384: 3.02 / 7.05 / 20.96 / 75.25 against 2.88 /
 //   7.19 / 21.83 / 81.13. k2: H=1536 2.33 / 3.53 / 13.90 / 48.85 against 2.07 / 3.89 / 14.05 /
-//   45.89; H=2048 2.73 / 4.21 / 16.81 / 60.68 against 2.60 / 4.30 / 18.20 / 60.59; H=2304 3.67 /
-//   6.73 / 19.58 / 70.03 against 3.46 / 7.30 / 20.32 / 68.20. At 3072, 4096 and 7168 it was 1-15 %
+//   45.89; H=2048 2.73 / 4.21 / 16.81 / 60.68 against 2.60 / 4.30 / 18.20 / 60.59; H=2304 3.00 /
+//   6.16 / 18.82 / 67.73 against 3.47 / 6.15 / 18.83 / 68.10 (another run: 70.03 against 68.20 at
+//   16384); H=1280 2.10 / 3.15 / 12.28 / 42.87 against 2.66 / 3.43 / 12.68 / 38.89; H=3840 4.21 /
+//   9.12 / 30.15 / 111.84 against 4.37 / 10.21 / 30.91 / 109.80. k1: H=896 2.00 / 3.12 against
+//   2.79 / 3.04, H=1152 2.27 / 3.74 against 2.62 / 3.36. At 3072, 4096 and 7168 it was 1-15 %
 //   slower (H=4096 k2 31.85 against 30.25 at T=4096).
+// - A variant at 4 groups a warp whose last warp holds only the row's remaining groups (2304,
+//   3840, 1152, ...) was 20-40 % slower than these (H=2304 plain T=4096 17.17): not kept.
 // - The plain group quant (no norm, so no barrier to hide): 5-20 % slower than the decode
 //   kernel at 1536-7168 (H=4096 T=4096 13.92 against 12.87): not taken.
 // fp32 input (16-byte loads) was not measured and keeps the other kernels.
+struct RowsKernelRange {
+  int64_t hidden;
+  int gpw;
+  int64_t min_rows, max_rows;
+};
+constexpr RowsKernelRange kRowsPlainOther[] = {{896, 1, 257, 1024}, {1152, 1, 257, 512}, {2304, 2, 257, 1024}};
+constexpr RowsKernelRange kRowsFused[] = {{896, 1, 257, 512},   {1152, 1, 257, 512},  {1280, 2, 257, 4096},
+                                          {1536, 2, 513, 4096}, {2048, 2, 513, 4096}, {2304, 2, 257, 4096},
+                                          {2560, 4, 513, INT64_MAX}, {3840, 2, 257, 4096}};
+
 inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused, size_t elt_bytes) {
   if (elt_bytes != 2 || rows <= 256 || hidden > 8192) return 0;
-  const bool mid = rows > kDecodeAnyLengthRows && rows <= 4096;
-  if (!fused) {
-    if (hidden % (4 * kDecodeGroup) != 0) return 0;
-    if (hidden >= 6144 || (hidden >= 2560 && rows > kDecodeAnyLengthRows) || (hidden >= 1536 && mid)) return 4;
-    return 0;
+  if (!fused && hidden % (4 * kDecodeGroup) == 0) {
+    const bool many = rows > kDecodeAnyLengthRows;
+    return hidden >= 6144 || (hidden >= 2560 && many) || (hidden >= 1536 && many && rows <= 4096) ? 4 : 0;
   }
-  if (hidden == 2560 && rows > kDecodeAnyLengthRows) return 4;
-  return (hidden == 1536 || hidden == 2048 || hidden == 2304) && mid ? 2 : 0;
+  auto find = [&](const auto& table) {
+    for (const RowsKernelRange& r : table) {
+      if (r.hidden == hidden && rows >= r.min_rows && rows <= r.max_rows) return r.gpw;
+    }
+    return 0;
+  };
+  return fused ? find(kRowsFused) : find(kRowsPlainOther);
 }
 
 // The decode kernel when it applies (see above; fp8 codes only, which the callers check;
