@@ -300,11 +300,14 @@ __device__ __forceinline__ void store_word_bytes(uint8_t* dst, uint32_t v, int n
 // without the norm), the warp's kK group maxima (redux), the scales (lanes 0 .. kK - 1 store
 // them at scale_at: this lane's group for row-major fp32 scales, the warp's packed word
 // otherwise) and the codes at out_q (the first element of the block's part of the row). qmax_r:
-// qmax's reciprocal, q_ok = qmax_recip_ok(qmax) (both formed once by the caller).
+// qmax's reciprocal, q_ok = qmax_recip_ok(qmax) (both formed once by the caller). kv
+// (warp-uniform): the warp's groups inside the row (f is 0 past them; nothing is stored for
+// them, and a packed word's bytes for them are 0).
 template <typename T, DecodeScales kScales, bool kNorm, int kK, int kElems>
 __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, const float (&f)[kK][kElems], float rstd,
                                                 const Vec<T, kElems> (&w)[kNorm ? kK : 1], int warp, float qmax,
-                                                float qmax_r, bool q_ok, void* scale_at, uint8_t* out_q) {
+                                                float qmax_r, bool q_ok, void* scale_at, uint8_t* out_q,
+                                                int kv = kK) {
   const int lane = threadIdx.x & 31;
   const int mine = lane & (kK - 1);
   float y[kK][kElems];
@@ -339,13 +342,13 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
     inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
   }
   if constexpr (kScales == DecodeScales::kRowF32) {
-    if (lane < kK) *static_cast<float*>(scale_at) = s;
+    if (lane < kv) *static_cast<float*>(scale_at) = s;
   } else {
     // A warp's four groups fill one int32 word (byte k = group warp * 4 + k): OR the lanes'
     // exponent bytes together and store the word once (byte stores from four lanes, as the
     // general kernel does, measured slower at T=128). With 2 or 1 groups a warp, lane 0 stores
     // the warp's kK bytes, and the row's last warp also the zeros of its word's unused bytes.
-    const uint32_t byte = lane < kK ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
+    const uint32_t byte = lane < kv ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
     const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
     if (lane == 0) {
       if constexpr (kK == 4) {
@@ -359,8 +362,9 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
   }
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
-    *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) =
+    const Vec<uint8_t, kElems> codes =
         to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
+    if (k < kv) *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) = codes;
   }
 }
 
@@ -467,7 +471,11 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
 // T=4096 21.98 us against 16.33).
 constexpr int kRowsMaxThreads = 512;  // 128 registers: the fused op at 4 groups a warp spilled under 64
 
-template <typename T, bool kFused, DecodeScales kScales, int kK>
+// kPartial: the row ends inside the last warp's kK groups (G groups, G % kK != 0, on
+// ceil(G / kK) warps). That warp loads its missing chunks from its first chunk's address
+// (unconditional loads: with the loads under a branch the next row's were not issued ahead),
+// and its steps give them f = 0 and store nothing for them.
+template <typename T, bool kFused, DecodeScales kScales, int kK, bool kPartial = false>
 __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const RowQuantParams<T> p) {
   constexpr int kElems = 4;
   using V = Vec<T, kElems>;
@@ -475,21 +483,33 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
   const int lane = threadIdx.x & 31;
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int mine = lane & (kK - 1);
+  const int kv = kPartial ? min(kK, static_cast<int>(p.hidden / kDecodeGroup) - warp * kK) : kK;
   const int64_t stride = gridDim.x;
   const float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
   const bool q_ok = qmax_recip_ok(qmax);
   T* const no_res = nullptr;
+  // Chunk k's column (kPartial: the warp's first chunk for the missing ones).
+  auto col = [&](int k) { return decode_col<kElems, kK>(kPartial && k >= kv ? 0 : k); };
   auto fetch = [&](int64_t r, V (&x)[kK], V (&res)[kFused ? kK : 1]) {
-    V unused[kK];
-    decode_row_fetch<T, kElems, kK, kFused>(p.input + r * p.input_stride,
-                                            kFused ? p.residual + r * p.residual_stride : no_res, nullptr, false,
-                                            x, res, unused);
+    if constexpr (kPartial) {
+#pragma unroll
+      for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(p.input + r * p.input_stride + col(k));
+      if constexpr (kFused) {
+#pragma unroll
+        for (int k = 0; k < kK; ++k) res[k] = load_vec<V>(p.residual + r * p.residual_stride + col(k));
+      }
+    } else {
+      V unused[kK];
+      decode_row_fetch<T, kElems, kK, kFused>(p.input + r * p.input_stride,
+                                              kFused ? p.residual + r * p.residual_stride : no_res, nullptr, false,
+                                              x, res, unused);
+    }
   };
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();
   V w[kK];
 #pragma unroll
-  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + decode_col<kElems, kK>(k));
+  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + col(k));
   int64_t row = blockIdx.x;  // < p.rows: the grid has at most p.rows blocks
   V x[kK], r[kFused ? kK : 1];
   fetch(row, x, r);
@@ -499,7 +519,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
     if (more) fetch(row + stride, xn, rn);
     float f[kK][kElems];
     const float sum_sq = row_group_sum(
-        decode_row_sum<T, kElems, kK, kFused>(x, r, kFused ? p.residual + row * p.residual_stride : no_res, true, f),
+        decode_row_sum<T, kElems, kK, kFused>(x, r, kFused ? p.residual + row * p.residual_stride : no_res, true, f, kv),
         static_cast<int>(blockDim.x), partial[it & 1]);
     const float rstd = rsqrtf(sum_sq / hidden_f + p.rms_eps);
     void* scale_at =
@@ -510,7 +530,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
                                                             (warp * kK / 4) * p.scales.stride_g) +
                                  (warp * kK) % 4);
     decode_quantize<T, kScales, true, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
-                                                  static_cast<uint8_t*>(p.output_q) + row * p.hidden);
+                                                  static_cast<uint8_t*>(p.output_q) + row * p.hidden, kv);
     if (!more) break;
 #pragma unroll
     for (int k = 0; k < kK; ++k) {
@@ -520,53 +540,53 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
   }
 }
 
-// The looping kernel (norm_quant_rows_kernel) at gpw groups a warp (1, 2 or 4) for the norm
-// ops' p, which meets the decode kernel's conditions on codes, group, scales and alignment
-// (launch_norm_decode checks them), in a grid of as many blocks as the SMs hold at once (at
-// most p.rows); cudaErrorNotSupported where the row is not a whole number of warps of at most
-// kRowsMaxThreads.
+// The looping kernel (norm_quant_rows_kernel) at gpw groups a warp (1, 2 or 4; at 4 the row
+// may end inside the last warp's groups) for the norm ops' p, which meets the decode kernel's
+// conditions on codes, group, scales and alignment (launch_norm_decode checks them), in a grid
+// of as many blocks as the SMs hold at once (at most p.rows); cudaErrorNotSupported where the
+// row is not a whole number of groups, or takes more than kRowsMaxThreads threads.
 template <typename T>
 cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, int gpw) {
   if constexpr (sizeof(T) != 2) {
     return cudaErrorNotSupported;  // (16-bit input only: rows_kernel_groups_per_warp)
   } else {
-  const bool row_f32 = !p.scales.packed_ue8m0;
-  const bool norm = p.weight != nullptr, fused = p.residual != nullptr;
-  const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
-  if (!norm || (gpw != 1 && gpw != 2 && gpw != 4) || p.hidden % per_warp != 0 ||
-      p.hidden / per_warp * 32 > kRowsMaxThreads) {
-    return cudaErrorNotSupported;
-  }
-  const int threads = static_cast<int>(p.hidden / per_warp * 32);
-  using K = void (*)(RowQuantParams<T>);
-  constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
-#define SGL_NQ_ROWS(FUSED)                                                                                   \
-  {{norm_quant_rows_kernel<T, FUSED, kRow, 1>, norm_quant_rows_kernel<T, FUSED, kRow, 2>,                          \
-    norm_quant_rows_kernel<T, FUSED, kRow, 4>},                                                                   \
-   {norm_quant_rows_kernel<T, FUSED, kPacked, 1>, norm_quant_rows_kernel<T, FUSED, kPacked, 2>,                    \
-    norm_quant_rows_kernel<T, FUSED, kPacked, 4>}}
-  // [norm, fused][row-major, packed][gpw 1, 2, 4] (the plain group quant measured slower: not built)
-  static constexpr K kKernels[2][2][3] = {SGL_NQ_ROWS(false), SGL_NQ_ROWS(true)};
+    const bool row_f32 = !p.scales.packed_ue8m0;
+    const bool norm = p.weight != nullptr, fused = p.residual != nullptr;
+    const int64_t groups = p.hidden / kDecodeGroup, warps = ceil_div<int64_t>(groups, gpw);
+    const bool partial = groups % gpw != 0;
+    if (!norm || (gpw != 1 && gpw != 2 && gpw != 4) || p.hidden % kDecodeGroup != 0 || (partial && gpw != 4) ||
+        warps * 32 > kRowsMaxThreads) {
+      return cudaErrorNotSupported;
+    }
+    const int threads = static_cast<int>(warps * 32);
+    using K = void (*)(RowQuantParams<T>);
+    constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+#define SGL_NQ_ROWS(FUSED, S)                                                                \
+  {norm_quant_rows_kernel<T, FUSED, S, 1>, norm_quant_rows_kernel<T, FUSED, S, 2>,            \
+   norm_quant_rows_kernel<T, FUSED, S, 4>, norm_quant_rows_kernel<T, FUSED, S, 4, true>}
+    // [norm, fused][row-major, packed][gpw 1, 2, 4, 4 with the row ending inside the last warp]
+    // (the plain group quant measured slower: not built)
+    static constexpr K kKernels[2][2][4] = {{SGL_NQ_ROWS(false, kRow), SGL_NQ_ROWS(false, kPacked)},
+                                            {SGL_NQ_ROWS(true, kRow), SGL_NQ_ROWS(true, kPacked)}};
 #undef SGL_NQ_ROWS
-  const int gi = gpw == 1 ? 0 : gpw == 2 ? 1 : 2;
-  const K kernel = kKernels[fused ? 1 : 0][row_f32 ? 0 : 1][gi];
-  const int which = ((fused ? 1 : 0) * 2 + (row_f32 ? 0 : 1)) * 3 + gi;
-  // Blocks an SM holds, per kernel and block size, asked once (0: not yet). Every device of a
-  // process is taken to be of one architecture: on a mixed host a wrong count costs speed
-  // only (the blocks loop over any number of rows).
-  static std::atomic<int> fits[2 * 2 * 3][kRowsMaxThreads / 32 + 1];
-  std::atomic<int>& cached = fits[which][threads / 32];
-  int fit = cached.load(std::memory_order_relaxed);
-  if (fit == 0) {
-    SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, 0));
-    fit = std::max(fit, 1);
-    cached.store(fit, std::memory_order_relaxed);
-  }
-  int device = 0;
-  SGL_CUDA_TRY(cudaGetDevice(&device));
-  const int64_t blocks = std::min<int64_t>(p.rows, int64_t{fit} * device_sm_count(device));
-  return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), 0, stream,
-                       p.enable_pdl, p);
+    const int f = fused ? 1 : 0, l = row_f32 ? 0 : 1, gi = gpw == 1 ? 0 : gpw == 2 ? 1 : partial ? 3 : 2;
+    const K kernel = kKernels[f][l][gi];
+    // Blocks an SM holds, per kernel and block size, asked once (0: not yet). Every device of a
+    // process is taken to be of one architecture: on a mixed host a wrong count costs speed
+    // only (the blocks loop over any number of rows).
+    static std::atomic<int> fits[2][2][4][kRowsMaxThreads / 32 + 1];
+    std::atomic<int>& cached = fits[f][l][gi][warps];
+    int fit = cached.load(std::memory_order_relaxed);
+    if (fit == 0) {
+      SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, 0));
+      fit = std::max(fit, 1);
+      cached.store(fit, std::memory_order_relaxed);
+    }
+    int device = 0;
+    SGL_CUDA_TRY(cudaGetDevice(&device));
+    const int64_t blocks = std::min<int64_t>(p.rows, int64_t{fit} * device_sm_count(device));
+    return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), 0, stream,
+                         p.enable_pdl, p);
   }
 }
 
@@ -806,10 +826,13 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 // 16-bit input where it runs (launch_norm_decode's conditions met), 0 elsewhere:
 // - plain op, rows of a multiple of 512 elements: 2560-8192 from 513 rows (from 257 at
 //   6144-8192), 1536-2048 from 513 up to 4096 rows (4 groups a warp); other lengths: 896 and
-//   1152 (1 group a warp) and 2304 (2) from 257 rows up to 1024 / 512 / 1024;
+//   1152 (1 group a warp) and 2304 and 1280 (2) from 257 rows up to 1024 / 512 / 1024 / 512;
+//   3840 and 5376 at 4 groups a warp, the last warp holding the row's 2 remaining groups
+//   (kPartial), from 257 rows up to 1024 and at any count;
 // - fused op: 2560 from 513 rows at 4 groups a warp; at 2 (its in-place residual makes a row
 //   twice the loads; 4 groups a warp were slower there) 1536 and 2048 from 513, 1280, 2304 and
-//   3840 from 257, all up to 4096 rows; 896 and 1152 at 1 from 257 up to 512 rows.
+//   3840 from 257, all up to 4096 rows; 896 and 1152 at 1 from 257 up to 512 rows; 5376 at 4
+//   (kPartial) from 257 up to 4096 rows.
 // Session 27 (H200, tune_norm_quant.cu "qp k4 d1" / "qp k2 d1" / "qp k1 d1" against "prod", bf16,
 // row-major scales, us at T = 512 / 768 / 1024 / 4096 / 16384; packed UE8M0 alike at 2560, 4096,
 // 7168):
@@ -834,8 +857,15 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 //   9.12 / 30.15 / 111.84 against 4.37 / 10.21 / 30.91 / 109.80. k1: H=896 2.00 / 3.12 against
 //   2.79 / 3.04, H=1152 2.27 / 3.74 against 2.62 / 3.36. At 3072, 4096 and 7168 it was 1-15 %
 //   slower (H=4096 k2 31.85 against 30.25 at T=4096).
-// - A variant at 4 groups a warp whose last warp holds only the row's remaining groups (2304,
-//   3840, 1152, ...) was 20-40 % slower than these (H=2304 plain T=4096 17.17): not kept.
+// - 4 groups a warp with the row ending inside the last warp (kPartial), T = 512 / 1024 / 4096
+//   / 16384: plain H=5376 5.29 / 8.61 / 27.94 / 104.15 against 5.58 / 9.57 / 29.77 / 108.56
+//   (packed UE8M0 T = 1024 / 4096: 8.92 / 29.12 against 10.01 / 31.39); plain H=3840 3.16 / 6.33
+//   / 18.87 / 69.17 against 3.62 / 6.53 / 18.96 / 64.32; fused H=5376 7.74 / 12.70 / 41.96 /
+//   157.92 against 7.93 / 14.60 / 41.98 / 152.04. At 2304 it tied the 2-group kernel (plain
+//   T=4096 13.50 against 13.41), and at 896 / 1152 / 1280 it lost to 1 or 2 groups a warp (up to
+//   25 %). Its first form loaded the missing chunks under a branch and was 20-40 % slower
+//   (plain 2304 T=4096 17.17): the next row's loads were then not issued ahead. Plain H=1280 k2
+//   at T=512: 1.92 against 2.29.
 // - The plain group quant (no norm, so no barrier to hide): 5-20 % slower than the decode
 //   kernel at 1536-7168 (H=4096 T=4096 13.92 against 12.87): not taken.
 // fp32 input (16-byte loads) was not measured and keeps the other kernels.
@@ -844,10 +874,12 @@ struct RowsKernelRange {
   int gpw;
   int64_t min_rows, max_rows;
 };
-constexpr RowsKernelRange kRowsPlainOther[] = {{896, 1, 257, 1024}, {1152, 1, 257, 512}, {2304, 2, 257, 1024}};
+constexpr RowsKernelRange kRowsPlainOther[] = {{896, 1, 257, 1024},  {1152, 1, 257, 512},
+                                               {1280, 2, 257, 512},  {2304, 2, 257, 1024},
+                                               {3840, 4, 257, 1024}, {5376, 4, 257, INT64_MAX}};
 constexpr RowsKernelRange kRowsFused[] = {{896, 1, 257, 512},   {1152, 1, 257, 512},  {1280, 2, 257, 4096},
                                           {1536, 2, 513, 4096}, {2048, 2, 513, 4096}, {2304, 2, 257, 4096},
-                                          {2560, 4, 513, INT64_MAX}, {3840, 2, 257, 4096}};
+                                          {2560, 4, 513, INT64_MAX}, {3840, 2, 257, 4096}, {5376, 4, 257, 4096}};
 
 inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused, size_t elt_bytes) {
   if (elt_bytes != 2 || rows <= 256 || hidden > 8192) return 0;

@@ -172,10 +172,11 @@ __device__ __forceinline__ void decode_row_fetch(const T* in, const T* res, cons
 }
 
 // The row in fp32 from decode_row_fetch's loads (fused: input + residual rounded to T, stored
-// into the residual at `res` where store_res), and this lane's sum of squares of it.
+// into the residual at `res` where store_res), and this lane's sum of squares of it. kv
+// (warp-uniform): the warp's chunks inside the row; past them f is 0 and nothing is stored.
 template <typename T, int kElems, int kK, bool kFused>
 __device__ __forceinline__ float decode_row_sum(const Vec<T, kElems> (&x)[kK], const Vec<T, kElems> (&r)[kFused ? kK : 1],
-                                                T* res, bool store_res, float (&f)[kK][kElems]) {
+                                                T* res, bool store_res, float (&f)[kK][kElems], int kv = kK) {
   using V = Vec<T, kElems>;
   float sum_sq = 0.f;
 #pragma unroll
@@ -189,10 +190,11 @@ __device__ __forceinline__ float decode_row_sum(const Vec<T, kElems> (&x)[kK], c
       } else {
         f[k][e] = to_float(x[k][e]);
       }
+      if (k >= kv) f[k][e] = 0.f;
       sum_sq += f[k][e] * f[k][e];
     }
     if constexpr (kFused) {
-      if (store_res) {
+      if (store_res && k < kv) {
         // (16-byte vectors through store_vec: a struct copy may split them; the 8-byte ones
         // keep the struct copy, whose schedule was measured.)
         if constexpr (sizeof(V) == 16) {

@@ -306,13 +306,14 @@ def test_decode_kernel_paths(op, dtype, layout, tokens, hidden, gen):
 # the SMs hold, each block taking every gridDim.x-th row with the next row's loads in flight.
 # Rows on either side of its bounds (256 / 257, 512 / 513, 1024 / 1025, 4096 / 4097), and 8193
 # rows: several rows a block, the last round partial. The plain op at 4 groups a warp from
-# 1536 elements (multiples of 512), at 1 (896, 1152) or 2 (2304) elsewhere; the fused op at 4
-# (2560), 2 (1280, 1536, 2048, 2304, 3840) or 1 (896, 1152). Packed UE8M0 rows of 7 or 9 groups
-# end mid-word.
+# 1536 elements (multiples of 512), at 1 (896, 1152), 2 (1280, 2304) or 4 with the row ending
+# inside the last warp (3840, 5376: its 2 remaining groups) elsewhere; the fused op at 4 (2560;
+# 5376 with a partial last warp), 2 (1280, 1536, 2048, 2304, 3840) or 1 (896, 1152). Packed
+# UE8M0 rows of 7, 9 or 10 groups end mid-word.
 ROWS_KERNEL_SHAPES = [(t, h) for h in (1536, 2048, 2304, 2560, 4096) for t in (513, 4096, 4097)]
 ROWS_KERNEL_SHAPES += [(257, 6144), (512, 8192), (8193, 2304), (8193, 2560), (8193, 6144)]
-ROWS_KERNEL_SHAPES += [(t, h) for h in (896, 1152, 2304) for t in (257, 512, 513, 1024, 1025)]
-ROWS_KERNEL_SHAPES += [(t, h) for h in (1280, 3840) for t in (256, 257, 4096, 4097)]
+ROWS_KERNEL_SHAPES += [(t, h) for h in (896, 1152, 1280, 2304, 3840) for t in (257, 512, 513, 1024, 1025)]
+ROWS_KERNEL_SHAPES += [(t, h) for h in (1280, 3840, 5376) for t in (256, 257, 4096, 4097)] + [(8193, 5376)]
 
 
 @pytest.mark.parametrize("tokens, hidden", ROWS_KERNEL_SHAPES, ids=_shape_ids(ROWS_KERNEL_SHAPES))
