@@ -58,6 +58,24 @@ int device_sm_count(int device) {
   return sms;
 }
 
+double device_memory_bandwidth(int device) {
+  static std::atomic<double> cache[kMaxDevices];  // 0 = not yet queried (or unreadable)
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  if (cacheable) {
+    const double v = cache[device].load(std::memory_order_relaxed);
+    if (v != 0) return v;
+  }
+  int khz = 0, bits = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) error
+    return 0;
+  }
+  const double bw = 2.0 * khz * 1e3 * bits / 8.0;  // double data rate
+  if (cacheable) cache[device].store(bw, std::memory_order_relaxed);
+  return bw;
+}
+
 bool archs_cover(const std::string& archs, int cc) {
   const int dev_major = cc / 10;
   for (std::string a : split_csv(archs)) {

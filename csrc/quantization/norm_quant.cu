@@ -829,10 +829,10 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 //   1152 (1 group a warp) and 2304 and 1280 (2) from 257 rows up to 1024 / 512 / 1024 / 512;
 //   3840 and 5376 at 4 groups a warp, the last warp holding the row's 2 remaining groups
 //   (kPartial), from 257 rows up to 1024 and at any count;
-// - fused op: 2560 from 513 rows at 4 groups a warp; at 2 (its in-place residual makes a row
-//   twice the loads; 4 groups a warp were slower there) 1536 and 2048 from 513, 1280, 2304 and
-//   3840 from 257, all up to 4096 rows; 896 and 1152 at 1 from 257 up to 512 rows; 5376 at 4
-//   (kPartial) from 257 up to 4096 rows.
+// - fused op (H200; on parts of less peak bandwidth see kFastMemory): 2560 from 513 rows at 4
+//   groups a warp; at 2 (its in-place residual makes a row twice the loads; 4 groups a warp
+//   were slower there) 1536 and 2048 from 513, 1280, 2304 and 3840 from 257, all up to 4096
+//   rows; 896 and 1152 at 1 from 257 up to 512 rows; 5376 at 4 (kPartial) from 257 up to 4096.
 // Session 27 (H200, tune_norm_quant.cu "qp k4 d1" / "qp k2 d1" / "qp k1 d1" against "prod", bf16,
 // row-major scales, us at T = 512 / 768 / 1024 / 4096 / 16384; packed UE8M0 alike at 2560, 4096,
 // 7168):
@@ -869,19 +869,32 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 // - The plain group quant (no norm, so no barrier to hide): 5-20 % slower than the decode
 //   kernel at 1536-7168 (H=4096 T=4096 13.92 against 12.87): not taken.
 // fp32 input (16-byte loads) was not measured and keeps the other kernels.
+// H100 (3.35 TB/s peak; the same tune, session 27): the fused op lost where the H200 gained at
+// 2560 (T = 1024 / 4096 / 16384: 8.62 / 28.70 / 108.48 against the decode kernel's 8.47 / 27.04
+// / 99.43) and at 5376 from 4096 rows (60.78 against 55.84; T=1024 16.49 against 17.51). So on
+// parts under kFastMemory bytes per second the fused op's 2560 keeps the decode kernel and its
+// 5376 takes the looping kernel up to 1024 rows. The H100's other rows of this kernel gained or
+// tied: plain 2560 / 4096 / 7168 T=4096 14.35 / 19.85 / 33.38 against the vector kernel's best
+// 16.32 / 20.55 / 35.61; fused 1536 / 2304 (2 groups a warp) T=1024 3.56 / 7.58 against 3.87 /
+// 8.51; plain 2048 T=4096 12.18 against 12.00 (v8r128b128), within 1.5 %.
+constexpr double kFastMemory = 4e12;
+
 struct RowsKernelRange {
   int64_t hidden;
   int gpw;
   int64_t min_rows, max_rows;
+  int64_t max_rows_slow = INT64_MAX;  // the bound on parts under kFastMemory (0: not there)
 };
 constexpr RowsKernelRange kRowsPlainOther[] = {{896, 1, 257, 1024},  {1152, 1, 257, 512},
                                                {1280, 2, 257, 512},  {2304, 2, 257, 1024},
                                                {3840, 4, 257, 1024}, {5376, 4, 257, INT64_MAX}};
-constexpr RowsKernelRange kRowsFused[] = {{896, 1, 257, 512},   {1152, 1, 257, 512},  {1280, 2, 257, 4096},
-                                          {1536, 2, 513, 4096}, {2048, 2, 513, 4096}, {2304, 2, 257, 4096},
-                                          {2560, 4, 513, INT64_MAX}, {3840, 2, 257, 4096}, {5376, 4, 257, 4096}};
+constexpr RowsKernelRange kRowsFused[] = {
+    {896, 1, 257, 512},   {1152, 1, 257, 512},  {1280, 2, 257, 4096},          {1536, 2, 513, 4096},
+    {2048, 2, 513, 4096}, {2304, 2, 257, 4096}, {2560, 4, 513, INT64_MAX, 0}, {3840, 2, 257, 4096},
+    {5376, 4, 257, 4096, 1024}};
 
-inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused, size_t elt_bytes) {
+// fast_memory: the device's peak DRAM bandwidth is at least kFastMemory.
+inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused, size_t elt_bytes, bool fast_memory) {
   if (elt_bytes != 2 || rows <= 256 || hidden > 8192) return 0;
   if (!fused && hidden % (4 * kDecodeGroup) == 0) {
     const bool many = rows > kDecodeAnyLengthRows;
@@ -889,7 +902,8 @@ inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused,
   }
   auto find = [&](const auto& table) {
     for (const RowsKernelRange& r : table) {
-      if (r.hidden == hidden && rows >= r.min_rows && rows <= r.max_rows) return r.gpw;
+      const int64_t max_rows = fast_memory ? r.max_rows : std::min(r.max_rows, r.max_rows_slow);
+      if (r.hidden == hidden && rows >= r.min_rows && rows <= max_rows) return r.gpw;
     }
     return 0;
   };
@@ -918,7 +932,10 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
     return cudaErrorNotSupported;
   }
   if (norm && p.rows > 256) {
-    const int rows_gpw = rows_kernel_groups_per_warp(p.rows, p.hidden, fused, sizeof(T));
+    int device = 0;
+    SGL_CUDA_TRY(cudaGetDevice(&device));
+    const bool fast_memory = device_memory_bandwidth(device) >= kFastMemory;
+    const int rows_gpw = rows_kernel_groups_per_warp(p.rows, p.hidden, fused, sizeof(T), fast_memory);
     if (rows_gpw > 0) {
       const cudaError_t err = launch_norm_rows<T>(p, stream, rows_gpw);
       if (err != cudaErrorNotSupported) return err;

@@ -19,6 +19,11 @@ bool archs_cover(const std::string& archs, int cc);
 // (132, an H100/H200's count, if it cannot be read; callers use it for grid sizing only).
 int device_sm_count(int device);
 
+// Peak DRAM bandwidth of CUDA device `device` in bytes per second (2 x memory clock x bus
+// width: 3.35e12 for an H100 SXM, 4.8e12 for an H200), cached per device after the first
+// query; 0 if it cannot be read. For kernel choices that differ between such parts.
+double device_memory_bandwidth(int device);
+
 // "sm_80, sm_89, sm_90a" for messages.
 std::string format_archs(const std::string& archs);
 
