@@ -281,7 +281,8 @@ def test_decode_clusters(op, layout, hidden, tokens, gen):
 # - Many rows (decode_takes_many_rows; 16-bit input, row-major and packed UE8M0 scales): both
 #   ops' rows of a multiple of 512 elements up to 8192 up to 512 rows (513: the vector
 #   kernel); beyond, fused_add_rmsnorm_quant's from 2560 (3072 and up: the decode kernel; 2560:
-#   the looping kernel, test_rows_kernel). The plain op's rows of 2048 and from 2560 take the
+#   the looping kernel, test_rows_kernel, on parts of at least 4 TB/s peak bandwidth such as
+#   an H200, the decode kernel on an H100). The plain op's rows of 2048 and from 2560 take the
 #   looping kernel at 513 and 2049 rows (6656 and 8192 already at 257 and 512). The other
 #   lengths there, the column-major fp32 layout and fp32 input keep the vector kernel (the
 #   plain op's 4608 at 2049 rows: 9 vectors a lane; 8704 past 8192 at any count).
@@ -308,8 +309,10 @@ def test_decode_kernel_paths(op, dtype, layout, tokens, hidden, gen):
 # rows: several rows a block, the last round partial. The plain op at 4 groups a warp from
 # 1536 elements (multiples of 512), at 1 (896, 1152), 2 (1280, 2304) or 4 with the row ending
 # inside the last warp (3840, 5376: its 2 remaining groups) elsewhere; the fused op at 4 (2560;
-# 5376 with a partial last warp), 2 (1280, 1536, 2048, 2304, 3840) or 1 (896, 1152). Packed
-# UE8M0 rows of 7, 9 or 10 groups end mid-word.
+# 5376 with a partial last warp), 2 (1280, 1536, 2048, 2304, 3840) or 1 (896, 1152). On parts
+# under 4 TB/s peak bandwidth (an H100) the fused op's 2560 takes the decode kernel and its 5376
+# the looping kernel only up to 1024 rows (norm_quant.cu kFastMemory): the same cases then
+# check those. Packed UE8M0 rows of 7, 9 or 10 groups end mid-word.
 ROWS_KERNEL_SHAPES = [(t, h) for h in (1536, 2048, 2304, 2560, 4096) for t in (513, 4096, 4097)]
 ROWS_KERNEL_SHAPES += [(257, 6144), (512, 8192), (8193, 2304), (8193, 2560), (8193, 6144)]
 ROWS_KERNEL_SHAPES += [(t, h) for h in (896, 1152, 1280, 2304, 3840) for t in (257, 512, 513, 1024, 1025)]
