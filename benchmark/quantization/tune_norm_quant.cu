@@ -405,9 +405,378 @@ Variant rows_variant(int64_t rows, int64_t hidden) {
   Variant v;
   v.name = "qp k" + std::to_string(kK) + " d1";
   for (int a = 0; a < 2; ++a) {
-    v.fused[a] = [=](const Set& b, cudaStream_t s) { return launch_norm_rows<T>(params(b, rows, hidden, a == 1), s, kK); };
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      int dev = 0;
+      CK(cudaGetDevice(&dev));
+      return launch_norm_rows<T>(params(b, rows, hidden, a == 1), s, kK, dev);
+    };
   }
   v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };  // (norm ops only)
+  return v;
+}
+
+// The looping kernel with its rows staged in shared memory (session 28): the same layout,
+// step and grid as norm_quant_rows_kernel, but each block keeps the next kStages - 1 rows
+// (fused: and their residual rows) in flight as cp.async copies into a ring of kStages row
+// buffers instead of one row in registers. The bytes in flight then no longer depend on the
+// registers a thread holds: the register-held form ran 4 blocks of 256 threads an SM at 62
+// registers (bf16 H=4096), 32 KB in flight, and the plain op moved 3520 GB/s at T=32768 where
+// the group quant without the norm (one block a row, 8 blocks an SM) moved 4318 (H200).
+// Each lane copies 16-byte pieces of its warp's part of the row (the warp's kK chunks are
+// contiguous) and reads its own 8-byte vectors after cp.async.wait_group and a __syncwarp;
+// a buffer is refilled only after the row barrier that follows every lane's reads of it.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+template <typename T, bool kFused, DecodeScales kScales, int kK, int kStages>
+__global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_async_kernel(const RowQuantParams<T> p) {
+  constexpr int kElems = 4;
+  using V = Vec<T, kElems>;
+  static_assert(sizeof(T) == 2 && kStages >= 2, "16-bit rows, at least one row in flight");
+  constexpr int kWarpBytes = kK * 32 * kElems * 2;  // the warp's part of a row: kK chunks
+  extern __shared__ __align__(16) uint8_t ring[];   // kStages x (row [, residual row])
+  __shared__ float partial[2][32];
+  const int lane = threadIdx.x & 31;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int mine = lane & (kK - 1);
+  const int64_t stride = gridDim.x;
+  const size_t row_bytes = static_cast<size_t>(p.hidden) * 2, stage_bytes = row_bytes * (kFused ? 2 : 1);
+  const float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  const bool q_ok = qmax_recip_ok(qmax);
+  // Row r's copies into buffer b, then a commit (an empty group past the last row).
+  auto issue = [&](int64_t r, int b) {
+    if (r < p.rows) {
+      uint8_t* dst = ring + b * stage_bytes + warp * kWarpBytes;
+      const uint8_t* src = reinterpret_cast<const uint8_t*>(p.input + r * p.input_stride) + warp * kWarpBytes;
+      const uint8_t* src_r =
+          kFused ? reinterpret_cast<const uint8_t*>(p.residual + r * p.residual_stride) + warp * kWarpBytes : nullptr;
+#pragma unroll
+      for (int j = 0; j < (kWarpBytes + 511) / 512; ++j) {
+        const int at = (j * 32 + lane) * 16;
+        if (kWarpBytes >= 512 || at < kWarpBytes) {
+          cp_async_16(dst + at, src + at);
+          if constexpr (kFused) cp_async_16(dst + row_bytes + at, src_r + at);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  V w[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + decode_col<kElems, kK>(k));
+  int64_t row = blockIdx.x;  // < p.rows: the grid has at most p.rows blocks
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(row + s * stride, s);
+  int b = 0;  // this row's buffer
+  for (int it = 0; row < p.rows; ++it, row += stride) {
+    issue(row + (kStages - 1) * stride, b == 0 ? kStages - 1 : b - 1);
+    cp_async_wait<kStages - 1>();  // this row's group (kStages - 1 groups were committed after it)
+    __syncwarp();                  // the warp's pieces, copied by its lanes, visible to every lane
+    const T* xs = reinterpret_cast<const T*>(ring + b * stage_bytes);
+    V x[kK], r[kFused ? kK : 1];
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      x[k] = *reinterpret_cast<const V*>(xs + decode_col<kElems, kK>(k));
+      if constexpr (kFused) r[k] = *reinterpret_cast<const V*>(xs + p.hidden + decode_col<kElems, kK>(k));
+    }
+    float f[kK][kElems];
+    T* res_row = kFused ? p.residual + row * p.residual_stride : nullptr;
+    const float sum_sq = row_group_sum(decode_row_sum<T, kElems, kK, kFused>(x, r, res_row, true, f),
+                                       static_cast<int>(blockDim.x), partial[it & 1]);
+    const float rstd = rsqrtf(sum_sq / hidden_f + p.rms_eps);
+    void* scale_at = decode_scale_at<kScales, kK>(p, row, warp, mine);
+    decode_quantize<T, kScales, true, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
+                                                  static_cast<uint8_t*>(p.output_q) + row * p.hidden);
+    b = b == kStages - 1 ? 0 : b + 1;
+  }
+  cp_async_wait<0>();  // (only empty groups can be left: rows past the end)
+}
+
+// norm_quant_rows_async_kernel at gpw groups a warp (1, 2 or 4; the row a whole number of
+// warps) and `stages` row buffers (2-4), in a grid of as many blocks as the SMs hold at once;
+// cudaErrorNotSupported otherwise. (Session 28 candidate, measured slower: tune only.)
+template <typename T>
+cudaError_t launch_norm_rows_async(const RowQuantParams<T>& p, cudaStream_t stream, int gpw, int stages) {
+  if constexpr (sizeof(T) != 2) {
+    return cudaErrorNotSupported;
+  } else {
+    const bool row_f32 = !p.scales.packed_ue8m0;
+    const bool norm = p.weight != nullptr, fused = p.residual != nullptr;
+    const int64_t groups = p.hidden / kDecodeGroup, warps = groups / gpw;
+    if (!norm || (gpw != 1 && gpw != 2 && gpw != 4) || p.hidden % kDecodeGroup != 0 || groups % gpw != 0 ||
+        warps * 32 > kRowsMaxThreads || stages < 2 || stages > 4) {
+      return cudaErrorNotSupported;
+    }
+    // 16-byte copies: every row (and residual row) starts on a 16-byte boundary.
+    auto aligned16 = [](const void* ptr, int64_t stride) {
+      return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (stride * 2) % 16 == 0;
+    };
+    if (!aligned16(p.input, p.input_stride) || (fused && !aligned16(p.residual, p.residual_stride))) {
+      return cudaErrorNotSupported;
+    }
+    const int threads = static_cast<int>(warps * 32);
+    using K = void (*)(RowQuantParams<T>);
+    constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+#define SGL_NQ_ASYNC_S(FUSED, S, KK) \
+  {norm_quant_rows_async_kernel<T, FUSED, S, KK, 2>, norm_quant_rows_async_kernel<T, FUSED, S, KK, 3>, \
+   norm_quant_rows_async_kernel<T, FUSED, S, KK, 4>}
+#define SGL_NQ_ASYNC(FUSED, S) {SGL_NQ_ASYNC_S(FUSED, S, 1), SGL_NQ_ASYNC_S(FUSED, S, 2), SGL_NQ_ASYNC_S(FUSED, S, 4)}
+    static constexpr K kKernels[2][2][3][3] = {{SGL_NQ_ASYNC(false, kRow), SGL_NQ_ASYNC(false, kPacked)},
+                                               {SGL_NQ_ASYNC(true, kRow), SGL_NQ_ASYNC(true, kPacked)}};
+#undef SGL_NQ_ASYNC
+#undef SGL_NQ_ASYNC_S
+    const K kernel = kKernels[fused ? 1 : 0][row_f32 ? 0 : 1][gpw == 1 ? 0 : gpw == 2 ? 1 : 2][stages - 2];
+    const size_t smem = static_cast<size_t>(stages) * p.hidden * 2 * (fused ? 2 : 1);
+    if (smem > 200u * 1024u) return cudaErrorNotSupported;
+    SGL_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int fit = 0;
+    SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, smem));
+    if (fit == 0) return cudaErrorNotSupported;
+    int device = 0;
+    SGL_CUDA_TRY(cudaGetDevice(&device));
+    const int64_t blocks = std::min<int64_t>(p.rows, int64_t{fit} * device_sm_count(device));
+    return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), smem,
+                         stream, p.enable_pdl, p);
+  }
+}
+
+// Session 28: norm_quant_rows_async_kernel (the looping kernel with the next kS - 1 rows in
+// flight as cp.async copies into shared memory), kK groups a warp, kS row buffers. Rows "qa kK sS".
+template <int kK, int kS>
+Variant rows_async_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = "qa k" + std::to_string(kK) + " s" + std::to_string(kS);
+  for (int a = 0; a < 2; ++a) {
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      return launch_norm_rows_async<T>(params(b, rows, hidden, a == 1), s, kK, kS);
+    };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };  // (norm ops only)
+  return v;
+}
+
+// Session 28 diagnosis of the looping kernel's plain op (row-major scales): a copy of
+// norm_quant_rows_kernel with pieces cut (wrong output where a piece is cut). kDiag bits:
+// 1 = no block barrier (rstd from the warp's own sum), 2 = no weight (y = x * rstd),
+// 4 = no sum of squares at all (rstd = 1: the group quant in this loop), 8 = no prefetch (the
+// row loaded at the top of its iteration).
+// kK = 8 is allowed here (row-major scales only). Rows "qz kK dD".
+template <int kK, int kDiag>
+__global__ void __launch_bounds__(512) diag_rows_kernel(const RowQuantParams<T> p) {
+  constexpr int kElems = 4;
+  using V = Vec<T, kElems>;
+  __shared__ float partial[2][32];
+  const int lane = threadIdx.x & 31;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int mine = lane & (kK - 1);
+  const int64_t stride = gridDim.x;
+  const float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  const bool q_ok = qmax_recip_ok(qmax);
+  T* const no_res = nullptr;
+  auto fetch = [&](int64_t r, V (&x)[kK]) {
+    V unused[kK], ur[1];
+    decode_row_fetch<T, kElems, kK, false>(p.input + r * p.input_stride, no_res, nullptr, false, x, ur, unused);
+  };
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  V w[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + decode_col<kElems, kK>(k));
+  if constexpr ((kDiag & 2) != 0) {
+#pragma unroll
+    for (int k = 0; k < kK; ++k)
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) w[k][e] = from_float<T>(1.0f);
+  }
+  int64_t row = blockIdx.x;
+  V x[kK];
+  if constexpr ((kDiag & 8) == 0) fetch(row, x);
+  for (int it = 0; row < p.rows; ++it, row += stride) {
+    const bool more = row + stride < p.rows;
+    V xn[kK];
+    if constexpr ((kDiag & 8) == 0) {
+      if (more) fetch(row + stride, xn);
+    } else {
+      fetch(row, x);
+    }
+    float f[kK][kElems];
+    V ur[1];
+    float rstd = 1.f;
+    if constexpr ((kDiag & 4) != 0) {
+#pragma unroll
+      for (int k = 0; k < kK; ++k)
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) f[k][e] = to_float(x[k][e]);
+    } else {
+      const float s = decode_row_sum<T, kElems, kK, false>(x, ur, no_res, false, f);
+      float sum_sq;
+      if constexpr ((kDiag & 1) != 0) {
+        sum_sq = s;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+        sum_sq *= static_cast<float>(blockDim.x >> 5);
+      } else {
+        sum_sq = row_group_sum(s, static_cast<int>(blockDim.x), partial[it & 1]);
+      }
+      rstd = rsqrtf(sum_sq / hidden_f + p.rms_eps);
+    }
+    void* scale_at = static_cast<void*>(static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine);
+    decode_quantize<T, DecodeScales::kRowF32, true, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
+                                                                static_cast<uint8_t*>(p.output_q) + row * p.hidden);
+    if (!more) break;
+    if constexpr ((kDiag & 8) == 0) {
+#pragma unroll
+      for (int k = 0; k < kK; ++k) x[k] = xn[k];
+    }
+  }
+}
+
+template <int kK, int kDiag>
+Variant diag_rows_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = "qz k" + std::to_string(kK) + " d" + std::to_string(kDiag);
+  v.fused[0] = [=](const Set& b, cudaStream_t s) {
+    const RowQuantParams<T> p = params(b, rows, hidden, false);
+    const int64_t warps = hidden / (kDecodeGroup * kK);
+    if (g_packed || hidden % (kDecodeGroup * kK) != 0 || warps * 32 > 512) return cudaErrorNotSupported;
+    static int fit = 0;
+    if (fit == 0) CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, diag_rows_kernel<kK, kDiag>, int(warps * 32), 0));
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t blocks = std::min<int64_t>(rows, int64_t{fit} * sms);
+    return launch_kernel(diag_rows_kernel<kK, kDiag>, dim3(uint32_t(blocks)), dim3(uint32_t(warps * 32)), 0, s, true, p);
+  };
+  v.fused[1] = v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  return v;
+}
+
+// Session 28: the looping kernel's plain op with a split row barrier (correct output). A
+// warp publishes its partial sum of squares of row i + 1 (a shared table slot and an mbarrier
+// arrival) as soon as that row's loads land, issues row i + 2's loads, and only then waits
+// for row i's total, which every warp published an iteration earlier: no warp waits for the
+// slowest warp's loads of the row it is about to quantize. Tables: 4 slots (a warp may write
+// row i + 1's while a slow warp still reads row i - 2's... at most 3 rows apart); two mbarriers
+// by row parity (one arrival a warp). kScales as the production kernel. Rows "qs kK".
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+               "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+      "r"(parity)
+      : "memory");
+}
+
+template <int kK, DecodeScales kScales>
+__global__ void __launch_bounds__(512) split_rows_kernel(const RowQuantParams<T> p) {
+  constexpr int kElems = 4;
+  using V = Vec<T, kElems>;
+  __shared__ float table[4][32];
+  __shared__ uint64_t bars[2];
+  const int lane = threadIdx.x & 31;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  const int mine = lane & (kK - 1);
+  const int64_t stride = gridDim.x;
+  const float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  const bool q_ok = qmax_recip_ok(qmax);
+  T* const no_res = nullptr;
+  auto fetch = [&](int64_t r, V (&x)[kK]) {
+    V unused[kK], ur[1];
+    decode_row_fetch<T, kElems, kK, false>(p.input + r * p.input_stride, no_res, nullptr, false, x, ur, unused);
+  };
+  // The warp's sum of squares of row it's data into slot it % 4, then its arrival.
+  auto publish = [&](int it, const V (&x)[kK]) {
+    float f[kK][kElems];
+    V ur[1];
+    float s = decode_row_sum<T, kElems, kK, false>(x, ur, no_res, false, f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) {
+      table[it & 3][warp] = s;
+      mbar_arrive(&bars[it & 1]);
+    }
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(&bars[0], warps);
+    mbar_init(&bars[1], warps);
+  }
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  V w[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) w[k] = load_vec<V>(p.weight + decode_col<kElems, kK>(k));
+  int64_t row = blockIdx.x;
+  V x[kK], xn[kK];
+  fetch(row, x);
+  if (row + stride < p.rows) fetch(row + stride, xn);
+  __syncthreads();  // the mbarriers' init before any arrival
+  publish(0, x);
+  for (int it = 0; row < p.rows; ++it, row += stride) {
+    const bool more = row + stride < p.rows;
+    V xnn[kK];
+    if (row + 2 * stride < p.rows) fetch(row + 2 * stride, xnn);
+    if (more) publish(it + 1, xn);
+    mbar_wait(&bars[it & 1], (it >> 1) & 1);
+    float t = lane < warps ? table[it & 3][lane] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    const float rstd = rsqrtf(t / hidden_f + p.rms_eps);
+    float f[kK][kElems];
+#pragma unroll
+    for (int k = 0; k < kK; ++k)
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) f[k][e] = to_float(x[k][e]);
+    void* scale_at = decode_scale_at<kScales, kK>(p, row, warp, mine);
+    decode_quantize<T, kScales, true, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
+                                                  static_cast<uint8_t*>(p.output_q) + row * p.hidden);
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      x[k] = xn[k];
+      xn[k] = xnn[k];
+    }
+  }
+}
+
+template <int kK>
+Variant split_rows_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = "qs k" + std::to_string(kK);
+  v.fused[0] = [=](const Set& b, cudaStream_t s) {
+    const RowQuantParams<T> p = params(b, rows, hidden, false);
+    const int64_t warps = hidden / (kDecodeGroup * kK);
+    if ((g_packed && kK > 4) || hidden % (kDecodeGroup * kK) != 0 || warps * 32 > 512) return cudaErrorNotSupported;
+    auto kernel = g_packed ? split_rows_kernel<kK, DecodeScales::kPackedUe8m0> : split_rows_kernel<kK, DecodeScales::kRowF32>;
+    int fit = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, int(warps * 32), 0));
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t blocks = std::min<int64_t>(rows, int64_t{fit} * sms);
+    return launch_kernel(kernel, dim3(uint32_t(blocks)), dim3(uint32_t(warps * 32)), 0, s, true, p);
+  };
+  v.fused[1] = v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
   return v;
 }
 
@@ -828,6 +1197,18 @@ int run(int argc, char** argv) {
           vs.push_back(diag_variant<2, 64, 2, 4>(Tn, H));
           vs.push_back(diag_variant<2, 64, 2, 7>(Tn, H));
         }
+        vs.push_back(diag_rows_variant<4, 0>(Tn, H));
+        vs.push_back(diag_rows_variant<4, 1>(Tn, H));
+        vs.push_back(diag_rows_variant<4, 2>(Tn, H));
+        vs.push_back(diag_rows_variant<4, 4>(Tn, H));
+        vs.push_back(diag_rows_variant<4, 8>(Tn, H));
+        vs.push_back(diag_rows_variant<4, 3>(Tn, H));
+        vs.push_back(diag_rows_variant<8, 0>(Tn, H));
+        vs.push_back(diag_rows_variant<8, 1>(Tn, H));
+        vs.push_back(diag_rows_variant<8, 4>(Tn, H));
+        vs.push_back(rows_variant<8>(Tn, H));
+        vs.push_back(rows_async_variant<4, 2>(Tn, H));
+        vs.push_back(split_rows_variant<4>(Tn, H));
         vs.push_back(rows_variant<4>(Tn, H));
         vs.push_back(rows_variant<2>(Tn, H));
         vs.push_back(rows_variant<1>(Tn, H));

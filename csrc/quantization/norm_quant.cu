@@ -296,6 +296,20 @@ __device__ __forceinline__ void store_word_bytes(uint8_t* dst, uint32_t v, int n
   }
 }
 
+// Where lane `mine` of warp `warp` stores row `row`'s scales in the decode layout (kK groups a
+// warp): row-major fp32, its own group warp * kK + mine; packed UE8M0, the warp's first byte,
+// byte (warp * kK) % 4 of int32 word warp * kK / 4 (kK = 8: the first of the warp's two words).
+template <DecodeScales kScales, int kK, typename T>
+__device__ __forceinline__ void* decode_scale_at(const RowQuantParams<T>& p, int64_t row, int warp, int mine) {
+  if constexpr (kScales == DecodeScales::kRowF32) {
+    return static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine;
+  } else {
+    return reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.scales.ptr) + row * p.scales.stride_m +
+                                      (warp * kK / 4) * p.scales.stride_g) +
+           (warp * kK) % 4;
+  }
+}
+
 // The decode layout's quantization step for this lane's part of a row: y = f * rstd * w (y = f
 // without the norm), the warp's kK group maxima (redux), the scales (lanes 0 .. kK - 1 store
 // them at scale_at: this lane's group for row-major fp32 scales, the warp's packed word
@@ -341,6 +355,14 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
     used = kScales == DecodeScales::kRowF32 ? s : ue8m0_ceil(s);
     inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
   }
+  auto store_codes = [&] {
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      const Vec<uint8_t, kElems> codes =
+          to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
+      if (k < kv) *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) = codes;
+    }
+  };
   if constexpr (kScales == DecodeScales::kRowF32) {
     if (lane < kv) *static_cast<float*>(scale_at) = s;
   } else {
@@ -348,7 +370,17 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
     // exponent bytes together and store the word once (byte stores from four lanes, as the
     // general kernel does, measured slower at T=128). With 2 or 1 groups a warp, lane 0 stores
     // the warp's kK bytes, and the row's last warp also the zeros of its word's unused bytes.
-    const uint32_t byte = lane < kv ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * mine) : 0u;
+    const uint32_t byte = lane < kv ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * (mine & 3)) : 0u;
+    if constexpr (kK == 8) {
+      // (The looping kernel's 8 groups a warp: two words, the warp's groups 0-3 and 4-7.)
+      const uint32_t lo = __reduce_or_sync(0xffffffffu, mine < 4 ? byte : 0u);
+      const uint32_t hi = __reduce_or_sync(0xffffffffu, mine < 4 ? 0u : byte);
+      if (lane == 0) {
+        static_cast<uint32_t*>(scale_at)[0] = lo;
+        static_cast<uint32_t*>(scale_at)[p.scales.stride_g] = hi;
+      }
+      return store_codes();
+    }
     const uint32_t word = __reduce_or_sync(0xffffffffu, byte);
     if (lane == 0) {
       if constexpr (kK == 4) {
@@ -360,12 +392,7 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
       }
     }
   }
-#pragma unroll
-  for (int k = 0; k < kK; ++k) {
-    const Vec<uint8_t, kElems> codes =
-        to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
-    if (k < kv) *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) = codes;
-  }
+  store_codes();
 }
 
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
@@ -415,12 +442,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   // group warp * kK + mine; packed: the warp's int32 word).
   float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
   // (Packed with kK < 4: the warp's bytes start at byte (warp * kK) % 4 of word warp * kK / 4.)
-  void* scale_at = kScales == DecodeScales::kRowF32
-                       ? static_cast<void*>(static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine)
-                       : static_cast<void*>(reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.scales.ptr) +
-                                                                       row * p.scales.stride_m +
-                                                                       (warp * kK / 4) * p.scales.stride_g) +
-                                            (warp * kK) % 4);
+  void* scale_at = decode_scale_at<kScales, kK>(p, row, warp, mine);
   asm volatile("" : "+f"(hidden_f), "+f"(qmax), "+f"(qmax_r), "+l"(scale_at));
   const bool q_ok = qmax_recip_ok(qmax);
   if constexpr (kNorm) {
@@ -522,13 +544,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
         decode_row_sum<T, kElems, kK, kFused>(x, r, kFused ? p.residual + row * p.residual_stride : no_res, true, f, kv),
         static_cast<int>(blockDim.x), partial[it & 1]);
     const float rstd = rsqrtf(sum_sq / hidden_f + p.rms_eps);
-    void* scale_at =
-        kScales == DecodeScales::kRowF32
-            ? static_cast<void*>(static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine)
-            : static_cast<void*>(reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.scales.ptr) +
-                                                            row * p.scales.stride_m +
-                                                            (warp * kK / 4) * p.scales.stride_g) +
-                                 (warp * kK) % 4);
+    void* scale_at = decode_scale_at<kScales, kK>(p, row, warp, mine);
     decode_quantize<T, kScales, true, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
                                                   static_cast<uint8_t*>(p.output_q) + row * p.hidden, kv);
     if (!more) break;
@@ -540,13 +556,14 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
   }
 }
 
-// The looping kernel (norm_quant_rows_kernel) at gpw groups a warp (1, 2 or 4; at 4 the row
-// may end inside the last warp's groups) for the norm ops' p, which meets the decode kernel's
-// conditions on codes, group, scales and alignment (launch_norm_decode checks them), in a grid
-// of as many blocks as the SMs hold at once (at most p.rows); cudaErrorNotSupported where the
-// row is not a whole number of groups, or takes more than kRowsMaxThreads threads.
+// The looping kernel (norm_quant_rows_kernel) at gpw groups a warp (1, 2, 4 or 8, the last for
+// the plain op only; at 4 the row may end inside the last warp's groups) for the norm ops' p,
+// which meets the decode kernel's conditions on codes, group, scales and alignment
+// (launch_norm_decode checks them), in a grid of as many blocks as the SMs of `device` (the
+// current one) hold at once (at most p.rows); cudaErrorNotSupported where the row is not a
+// whole number of groups, or takes more than kRowsMaxThreads threads.
 template <typename T>
-cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, int gpw) {
+cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, int gpw, int device) {
   if constexpr (sizeof(T) != 2) {
     return cudaErrorNotSupported;  // (16-bit input only: rows_kernel_groups_per_warp)
   } else {
@@ -554,27 +571,31 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
     const bool norm = p.weight != nullptr, fused = p.residual != nullptr;
     const int64_t groups = p.hidden / kDecodeGroup, warps = ceil_div<int64_t>(groups, gpw);
     const bool partial = groups % gpw != 0;
-    if (!norm || (gpw != 1 && gpw != 2 && gpw != 4) || p.hidden % kDecodeGroup != 0 || (partial && gpw != 4) ||
+    if (!norm || (gpw != 1 && gpw != 2 && gpw != 4 && gpw != 8) || p.hidden % kDecodeGroup != 0 || (partial && gpw != 4) ||
         warps * 32 > kRowsMaxThreads) {
       return cudaErrorNotSupported;
     }
     const int threads = static_cast<int>(warps * 32);
     using K = void (*)(RowQuantParams<T>);
     constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
-#define SGL_NQ_ROWS(FUSED, S)                                                                \
+#define SGL_NQ_ROWS(FUSED, S, K8)                                                            \
   {norm_quant_rows_kernel<T, FUSED, S, 1>, norm_quant_rows_kernel<T, FUSED, S, 2>,            \
-   norm_quant_rows_kernel<T, FUSED, S, 4>, norm_quant_rows_kernel<T, FUSED, S, 4, true>}
-    // [norm, fused][row-major, packed][gpw 1, 2, 4, 4 with the row ending inside the last warp]
-    // (the plain group quant measured slower: not built)
-    static constexpr K kKernels[2][2][4] = {{SGL_NQ_ROWS(false, kRow), SGL_NQ_ROWS(false, kPacked)},
-                                            {SGL_NQ_ROWS(true, kRow), SGL_NQ_ROWS(true, kPacked)}};
+   norm_quant_rows_kernel<T, FUSED, S, 4>, norm_quant_rows_kernel<T, FUSED, S, 4, true>, K8}
+    // [norm, fused][row-major, packed][gpw 1, 2, 4, 4 with the row ending inside the last warp, 8]
+    // (8 groups a warp for the plain op only: the fused op's were slower; the plain group quant
+    // measured slower at every gpw: not built)
+    static constexpr K kKernels[2][2][5] = {
+        {SGL_NQ_ROWS(false, kRow, (norm_quant_rows_kernel<T, false, kRow, 8>)),
+         SGL_NQ_ROWS(false, kPacked, (norm_quant_rows_kernel<T, false, kPacked, 8>))},
+        {SGL_NQ_ROWS(true, kRow, nullptr), SGL_NQ_ROWS(true, kPacked, nullptr)}};
 #undef SGL_NQ_ROWS
-    const int f = fused ? 1 : 0, l = row_f32 ? 0 : 1, gi = gpw == 1 ? 0 : gpw == 2 ? 1 : partial ? 3 : 2;
+    const int f = fused ? 1 : 0, l = row_f32 ? 0 : 1, gi = gpw == 1 ? 0 : gpw == 2 ? 1 : gpw == 8 ? 4 : partial ? 3 : 2;
     const K kernel = kKernels[f][l][gi];
+    if (kernel == nullptr) return cudaErrorNotSupported;
     // Blocks an SM holds, per kernel and block size, asked once (0: not yet). Every device of a
     // process is taken to be of one architecture: on a mixed host a wrong count costs speed
     // only (the blocks loop over any number of rows).
-    static std::atomic<int> fits[2][2][4][kRowsMaxThreads / 32 + 1];
+    static std::atomic<int> fits[2][2][5][kRowsMaxThreads / 32 + 1];
     std::atomic<int>& cached = fits[f][l][gi][warps];
     int fit = cached.load(std::memory_order_relaxed);
     if (fit == 0) {
@@ -582,8 +603,6 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
       fit = std::max(fit, 1);
       cached.store(fit, std::memory_order_relaxed);
     }
-    int device = 0;
-    SGL_CUDA_TRY(cudaGetDevice(&device));
     const int64_t blocks = std::min<int64_t>(p.rows, int64_t{fit} * device_sm_count(device));
     return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), 0, stream,
                          p.enable_pdl, p);
@@ -811,7 +830,16 @@ int pick_shape(const NormQuantShape (&shapes)[kShapes], int64_t rows, int64_t hv
 // and H=768 0.55x at 32768 (excluded).
 constexpr int64_t kDecodeAnyLengthRows = 512;
 
-inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool fused, size_t elt_bytes) {
+// Session 28 (H200, tune_norm_quant.cu "v8r128b128" against "prod", bf16, us at T = 8192 /
+// 16384 / 32768): the fused op at 7168 ran 1.5-3 % faster in the vector kernel (8 vectors a lane,
+// 128-thread blocks) from 8192 rows, 101.83 / 199.44 / 395.42 against the decode kernel's
+// 103.44 / 204.06 / 406.62 (packed UE8M0 T = 16384: 200.74 against 204.49); on the H100 the
+// decode kernel was the faster one there (session 25: T=32768 542.9 against 548.4), so only on
+// parts of at least kFastMemory.
+constexpr int64_t kFusedVector7168Rows = 8192;
+
+inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool fused, size_t elt_bytes,
+                                   bool fast_memory) {
   if (elt_bytes != 2 || hidden > 8192) return false;
   if (!norm) {
     // One block a row (rows of more pieces were not measured at these counts).
@@ -819,6 +847,7 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
     return hidden >= 1536 || rows <= (hidden >= 1024 ? 4096 : hidden >= 768 ? 1024 : kDecodeAnyLengthRows);
   }
   if (hidden % (4 * kDecodeGroup) != 0) return false;
+  if (fused && hidden == 7168 && rows >= kFusedVector7168Rows && fast_memory) return false;
   return rows <= kDecodeAnyLengthRows || (fused && hidden >= 2560);
 }
 
@@ -893,13 +922,43 @@ constexpr RowsKernelRange kRowsFused[] = {
     {2048, 2, 513, 4096}, {2304, 2, 257, 4096}, {2560, 4, 513, INT64_MAX, 0}, {3840, 2, 257, 4096},
     {5376, 4, 257, 4096, 1024}};
 
+// The plain op at 8 groups a warp (session 28): the row's barrier joins half the warps, and a
+// warp's per-row steps (group maxima, scales) cover twice the elements. H200, tune_norm_quant.cu
+// "qp k8 d1" against "qp k4 d1" (what ran), bf16, row-major scales, us at T = 300 / 1024 / 4096 /
+// 16384 / 32768:
+//   3072: 2.58 / 5.04 / 13.26 / 45.12 / 87.89 against 2.53 / 5.33 / 13.85 / 47.07 / 91.87
+//   4096: 2.85 / 5.95 / 15.85 / 54.15 / 105.45 against 3.04 / 6.21 / 16.52 / 59.13 / 115.62
+//   5120: 3.27 / 6.97 / 19.24 / 67.52 / 131.85 against 3.00 / 7.74 / 21.03 / 76.06 / 150.24
+//   6144: 3.17 / 8.39 / 22.88 / 83.33 / 164.64 against 3.34 / 8.18 / 24.58 / 90.20 / 177.83
+//   8192: 5.20 / 9.43 / 29.57 / 108.12 / 213.93 against 5.32 / 9.88 / 30.97 / 115.16 / 227.73
+// (packed UE8M0 4096, T = 1024 / 4096 / 32768: 5.98 / 16.09 / 108.36 against 6.25 / 16.85 /
+// 117.76). At 7168 (7 warps of 8 groups, 3 blocks an SM) it tied (T=32768 205.86 against
+// 207.41; packed 212.12 against 211.03): 4 groups a warp there. (Below 3072 a row is less than
+// 3 such warps; 2560 is not a multiple of 1024.) The fused op at 8 groups a warp (123
+// registers) was slower at 4096 and 8192 (T=32768 242.88 / 472.48 against the decode kernel's
+// 233.33 / 451.52) and is not built. Diagnosis (the same tune, "qz k4 dN", plain 4096 / 7168,
+// T=32768): without the row barrier (each warp's own sum, wrong output) 4 groups a warp ran
+// 101.0 / 178.5 against 115.3 / 204.2, so the barrier cost 12 %; without the weight 109.9 /
+// 195.7. Neither a split barrier (mbarrier arrive one row ahead, wait a row later: 143.1 /
+// 244.8, at 72 registers) nor rows staged in shared memory by cp.async (2-4 buffers: 119.8-124.4
+// at 4096) recovered it.
+// At T = 768 / 2048 (the same tune, a second run): 3072 4.79 / 7.73 against 5.17 / 8.18, 4096
+// 5.64 / 9.15 against 6.02 / 9.66, 5120 6.89 / 11.23 against 6.07 / 12.01, 6144 6.66 / 13.11
+// against 6.76 / 13.69 (at 1024: 8.42 against 8.15). So 3072 and 4096 from 513 rows (the decode
+// kernel's bound), 5120 from 1024, 6144 from 2048, 8192 from 257.
+// H100 (the same tune, us at T = 512 / 1024 / 4096 / 32768, k8 against k4): 4096 6.53 / 19.51 /
+// 146.77 at T = 1024 / 4096 / 32768 against 6.90 / 19.82 / 150.46, 8192 11.09 / 37.16 / 288.81
+// against 11.30 / 37.47 / 293.43; but 3072 108.19 against 106.48 at T=32768 (5.58 against 5.76 at
+// 1024, a tie at 4096), 5120 24.70 / 194.71 against 24.53 / 182.94 at T = 4096 / 32768 (7.87
+// against 8.53 at 1024) and 6144 227.64 against 212.18 at T=32768 (28.90 against 29.44 at
+// 4096). So on parts under kFastMemory 3072 and 6144 take it up to 4096 rows, 5120 up to 2048.
+constexpr RowsKernelRange kRowsPlainK8[] = {
+    {3072, 8, 513, INT64_MAX, 4096}, {4096, 8, 513, INT64_MAX},        {5120, 8, 1024, INT64_MAX, 2048},
+    {6144, 8, 2048, INT64_MAX, 4096}, {8192, 8, 257, INT64_MAX}};
+
 // fast_memory: the device's peak DRAM bandwidth is at least kFastMemory.
 inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused, size_t elt_bytes, bool fast_memory) {
   if (elt_bytes != 2 || rows <= 256 || hidden > 8192) return 0;
-  if (!fused && hidden % (4 * kDecodeGroup) == 0) {
-    const bool many = rows > kDecodeAnyLengthRows;
-    return hidden >= 6144 || (hidden >= 2560 && many) || (hidden >= 1536 && many && rows <= 4096) ? 4 : 0;
-  }
   auto find = [&](const auto& table) {
     for (const RowsKernelRange& r : table) {
       const int64_t max_rows = fast_memory ? r.max_rows : std::min(r.max_rows, r.max_rows_slow);
@@ -907,6 +966,11 @@ inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused,
     }
     return 0;
   };
+  if (!fused && hidden % (4 * kDecodeGroup) == 0) {
+    if (find(kRowsPlainK8) > 0) return 8;
+    const bool many = rows > kDecodeAnyLengthRows;
+    return hidden >= 6144 || (hidden >= 2560 && many) || (hidden >= 1536 && many && rows <= 4096) ? 4 : 0;
+  }
   return fused ? find(kRowsFused) : find(kRowsPlainOther);
 }
 
@@ -931,17 +995,19 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
       reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
     return cudaErrorNotSupported;
   }
+  bool fast_memory = false;  // (asked only where a rule depends on it)
   if (norm && p.rows > 256) {
     int device = 0;
     SGL_CUDA_TRY(cudaGetDevice(&device));
-    const bool fast_memory = device_memory_bandwidth(device) >= kFastMemory;
+    fast_memory = device_memory_bandwidth(device) >= kFastMemory;
     const int rows_gpw = rows_kernel_groups_per_warp(p.rows, p.hidden, fused, sizeof(T), fast_memory);
     if (rows_gpw > 0) {
-      const cudaError_t err = launch_norm_rows<T>(p, stream, rows_gpw);
+      const cudaError_t err = launch_norm_rows<T>(p, stream, rows_gpw, device);
       if (err != cudaErrorNotSupported) return err;
     }
   }
-  if ((p.rows > 256 && !decode_takes_many_rows(p.rows, p.hidden, norm, fused, sizeof(T))) || p.hidden % per_warp != 0) {
+  if ((p.rows > 256 && !decode_takes_many_rows(p.rows, p.hidden, norm, fused, sizeof(T), fast_memory)) ||
+      p.hidden % per_warp != 0) {
     return cudaErrorNotSupported;
   }
   constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;

@@ -313,8 +313,17 @@ def test_decode_kernel_paths(op, dtype, layout, tokens, hidden, gen):
 # under 4 TB/s peak bandwidth (an H100) the fused op's 2560 takes the decode kernel and its 5376
 # the looping kernel only up to 1024 rows (norm_quant.cu kFastMemory): the same cases then
 # check those. Packed UE8M0 rows of 7, 9 or 10 groups end mid-word.
+# The plain op at 8 groups a warp (norm_quant.cu kRowsPlainK8: 3072 and 4096 from 513 rows,
+# 5120 from 1024, 6144 from 2048, 8192 from 257; on parts under 4 TB/s 3072 and 6144 only up to
+# 4096 rows and 5120 up to 2048; packed UE8M0: two words a warp) on both sides of its bounds
+# (4096 at 513 / 4096 / 4097 above);
+# the fused op's 7168 from 8192 rows takes the vector kernel on parts of at least 4 TB/s
+# (kFusedVector7168Rows), the decode kernel below and elsewhere.
 ROWS_KERNEL_SHAPES = [(t, h) for h in (1536, 2048, 2304, 2560, 4096) for t in (513, 4096, 4097)]
 ROWS_KERNEL_SHAPES += [(257, 6144), (512, 8192), (8193, 2304), (8193, 2560), (8193, 6144)]
+ROWS_KERNEL_SHAPES += [(512, 3072), (513, 3072), (4097, 3072), (1023, 5120), (1024, 5120), (2049, 5120)]
+ROWS_KERNEL_SHAPES += [(2047, 6144), (2048, 6144), (4097, 6144)]
+ROWS_KERNEL_SHAPES += [(256, 8192), (257, 8192), (8191, 7168), (8192, 7168)]
 ROWS_KERNEL_SHAPES += [(t, h) for h in (896, 1152, 1280, 2304, 3840) for t in (257, 512, 513, 1024, 1025)]
 ROWS_KERNEL_SHAPES += [(t, h) for h in (1280, 3840, 5376) for t in (256, 257, 4096, 4097)] + [(8193, 5376)]
 
