@@ -513,19 +513,10 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
   // Chunk k's column (kPartial: the warp's first chunk for the missing ones).
   auto col = [&](int k) { return decode_col<kElems, kK>(kPartial && k >= kv ? 0 : k); };
   auto fetch = [&](int64_t r, V (&x)[kK], V (&res)[kFused ? kK : 1]) {
-    if constexpr (kPartial) {
-#pragma unroll
-      for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(p.input + r * p.input_stride + col(k));
-      if constexpr (kFused) {
-#pragma unroll
-        for (int k = 0; k < kK; ++k) res[k] = load_vec<V>(p.residual + r * p.residual_stride + col(k));
-      }
-    } else {
-      V unused[kK];
-      decode_row_fetch<T, kElems, kK, kFused>(p.input + r * p.input_stride,
-                                              kFused ? p.residual + r * p.residual_stride : no_res, nullptr, false,
-                                              x, res, unused);
-    }
+    V unused[kK];
+    decode_row_fetch<T, kElems, kK, kFused>(p.input + r * p.input_stride,
+                                            kFused ? p.residual + r * p.residual_stride : no_res, nullptr, false, x,
+                                            res, unused, kPartial ? kv : kK);
   };
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();

@@ -153,17 +153,20 @@ __device__ __forceinline__ int decode_col(int k) {
 }
 
 // This lane's part of a row in the decode layout (fused: also the residual's), and of the
-// weight where load_w, as loads only: decode_row_sum uses them.
+// weight where load_w, as loads only: decode_row_sum uses them. kv (warp-uniform): the warp's
+// chunks inside the row; the input and residual of chunks past them are loaded from the warp's
+// first chunk (unconditional loads, values unused: under a branch they were not issued ahead
+// of the looping kernel's barrier, norm_quant.cu).
 template <typename T, int kElems, int kK, bool kFused>
 __device__ __forceinline__ void decode_row_fetch(const T* in, const T* res, const T* weight, bool load_w,
                                                  Vec<T, kElems> (&x)[kK], Vec<T, kElems> (&r)[kFused ? kK : 1],
-                                                 Vec<T, kElems> (&w)[kK]) {
+                                                 Vec<T, kElems> (&w)[kK], int kv = kK) {
   using V = Vec<T, kElems>;
 #pragma unroll
-  for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(in + decode_col<kElems, kK>(k));
+  for (int k = 0; k < kK; ++k) x[k] = load_vec<V>(in + decode_col<kElems, kK>(k < kv ? k : 0));
   if constexpr (kFused) {
 #pragma unroll
-    for (int k = 0; k < kK; ++k) r[k] = load_vec<V>(res + decode_col<kElems, kK>(k));
+    for (int k = 0; k < kK; ++k) r[k] = load_vec<V>(res + decode_col<kElems, kK>(k < kv ? k : 0));
   }
   if (load_w) {
 #pragma unroll
