@@ -562,7 +562,8 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
     const bool norm = p.weight != nullptr, fused = p.residual != nullptr;
     const int64_t groups = p.hidden / kDecodeGroup, warps = ceil_div<int64_t>(groups, gpw);
     const bool partial = groups % gpw != 0;
-    if (!norm || (gpw != 1 && gpw != 2 && gpw != 4 && gpw != 8) || p.hidden % kDecodeGroup != 0 || (partial && gpw != 4) ||
+    const bool gpw_ok = gpw == 1 || gpw == 2 || gpw == 4 || gpw == 8;
+    if (!norm || !gpw_ok || p.hidden % kDecodeGroup != 0 || (partial && gpw != 4) ||
         warps * 32 > kRowsMaxThreads) {
       return cudaErrorNotSupported;
     }
@@ -958,7 +959,7 @@ inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused,
     return 0;
   };
   if (!fused && hidden % (4 * kDecodeGroup) == 0) {
-    if (find(kRowsPlainK8) > 0) return 8;
+    if (const int gpw = find(kRowsPlainK8); gpw > 0) return gpw;
     const bool many = rows > kDecodeAnyLengthRows;
     return hidden >= 6144 || (hidden >= 2560 && many) || (hidden >= 1536 && many && rows <= 4096) ? 4 : 0;
   }
