@@ -12,7 +12,7 @@
 //     -o /tmp/tune_norm_quant benchmark/quantization/tune_norm_quant.cu \
 //     csrc/quantization/group_quant.cu csrc/common/runtime.cc
 //   /tmp/tune_norm_quant [--T 1,16,128,1024,4096,32768] [--H 4096,7168] [--op plain|add|group|all] [--diag 1]
-//                        [--layout row|packed]
+//                        [--layout row|packed] [--only PREFIX,PREFIX,...]
 //   /tmp/tune_norm_quant --check-div    # quant.cuh's exact shortcuts against __fdiv_rn / __frcp_rn (see check_div)
 //
 // Session 20 rows: "qd early" / "qd mid" (the decode kernel's PDL trigger placements) and
@@ -412,6 +412,63 @@ Variant rows_variant(int64_t rows, int64_t hidden) {
     };
   }
   v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };  // (norm ops only)
+  return v;
+}
+
+// Session 29: norm_quant_warp_rows_kernel (a warp a row in the vector layout, looping over
+// rows), rows of kV * 256 elements: the plain op at kV = 4..10, 12, 14, 16, the fused op at
+// kV = 4..9. Rows "wr pP hH rR bB": P = the next row's loads issued ahead (1) or not (0: a warp
+// for every row), H = the weight held in registers across rows (1) or reloaded each row (0),
+// R = __maxnreg__, B threads a block.
+template <bool kFused, bool kPf, bool kHold, int kRegs, int kV>
+cudaError_t warp_rows_launch_v(const RowQuantParams<T>& p, cudaStream_t s, int threads, int dev) {
+  constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+  if constexpr (kFused && kV > 9) {
+    return cudaErrorNotSupported;
+  } else {
+    return g_packed ? launch_warp_rows_v<T, kFused, kPacked, kV, kPf, kHold, kRegs>(p, s, threads, dev)
+                    : launch_warp_rows_v<T, kFused, kRow, kV, kPf, kHold, kRegs>(p, s, threads, dev);
+  }
+}
+
+template <bool kFused, bool kPf, bool kHold, int kRegs>
+cudaError_t warp_rows_launch(const RowQuantParams<T>& p, cudaStream_t s, int threads, int dev) {
+  if (p.hidden % 256 != 0) return cudaErrorNotSupported;
+  switch (p.hidden / 256) {
+#define WR_CASE(KV) \
+  case KV:          \
+    return warp_rows_launch_v<kFused, kPf, kHold, kRegs, KV>(p, s, threads, dev);
+    WR_CASE(4)
+    WR_CASE(5)
+    WR_CASE(6)
+    WR_CASE(7)
+    WR_CASE(8)
+    WR_CASE(9)
+    WR_CASE(10)
+    WR_CASE(12)
+    WR_CASE(14)
+    WR_CASE(16)
+#undef WR_CASE
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+template <bool kPf, bool kHold, int kRegs, int kThreads>
+Variant warp_rows_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = std::string("wr p") + (kPf ? "1" : "0") + " h" + (kHold ? "1" : "0") + " r" + std::to_string(kRegs) +
+           " b" + std::to_string(kThreads);
+  for (int a = 0; a < 2; ++a) {
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      int dev = 0;
+      CK(cudaGetDevice(&dev));
+      const RowQuantParams<T> p = params(b, rows, hidden, a == 1);
+      return a == 1 ? warp_rows_launch<true, kPf, kHold, kRegs>(p, s, kThreads, dev)
+                    : warp_rows_launch<false, kPf, kHold, kRegs>(p, s, kThreads, dev);
+    };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
   return v;
 }
 
@@ -1040,12 +1097,14 @@ int run(int argc, char** argv) {
   std::vector<int64_t> Ts = {1, 16, 128, 1024, 4096, 32768}, Hs = {4096, 7168};
   int ops = 7;
   bool diag = false, norms = false;
+  std::string only;  // --only P1,P2,...: the variants whose names start with one of these
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--T")) Ts = parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--H")) Hs = parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--diag")) diag = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--norms")) norms = std::atoi(argv[i + 1]) != 0;
     if (!std::strcmp(argv[i], "--layout")) g_packed = !std::strcmp(argv[i + 1], "packed");
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--op")) {
       const char* o = argv[i + 1];
       ops = !std::strcmp(o, "plain") ? 1 : !std::strcmp(o, "add") ? 2 : !std::strcmp(o, "group") ? 4 : 7;
@@ -1207,6 +1266,10 @@ int run(int argc, char** argv) {
         vs.push_back(diag_rows_variant<8, 1>(Tn, H));
         vs.push_back(diag_rows_variant<8, 4>(Tn, H));
         vs.push_back(rows_variant<8>(Tn, H));
+        vs.push_back(warp_rows_variant<true, true, 128, 128>(Tn, H));
+        vs.push_back(warp_rows_variant<true, true, 168, 96>(Tn, H));
+        vs.push_back(warp_rows_variant<false, true, 128, 128>(Tn, H));
+        vs.push_back(warp_rows_variant<false, true, 168, 128>(Tn, H));
         vs.push_back(rows_async_variant<4, 2>(Tn, H));
         vs.push_back(split_rows_variant<4>(Tn, H));
         vs.push_back(rows_variant<4>(Tn, H));
@@ -1243,6 +1306,21 @@ int run(int argc, char** argv) {
         vs.push_back(shape_variant<6, 128, 256>(Tn, H));
         vs.push_back(shape_variant<2, 64, 512>(Tn, H));
         vs.push_back(shape_variant<4, 64, 512>(Tn, H));
+        if (!only.empty()) {
+          std::vector<Variant> kept;
+          for (auto& v : vs) {
+            size_t at = 0;
+            while (at <= only.size()) {
+              const size_t end = std::min(only.find(',', at), only.size());
+              if (end > at && v.name.compare(0, end - at, only, at, end - at) == 0) {
+                kept.push_back(v);
+                break;
+              }
+              at = end + 1;
+            }
+          }
+          vs.swap(kept);
+        }
         if (names.empty())
           for (auto& v : vs) names.push_back(v.name);
         cells.resize(vs.size());

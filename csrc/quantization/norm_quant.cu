@@ -601,6 +601,257 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
   }
 }
 
+// Many rows of a multiple of 256 elements, a warp a row (session 29): the plain norm op in the
+// vector layout (lane l's vector k is the row's 16-byte vector k * 32 + l), each warp looping over
+// rows (warp w of block b takes rows b * warps + w, then + gridDim.x * warps, ...). Nothing is
+// shared across warps: the sum of squares is a warp sum, so there is no block barrier. A
+// 128-element group is 16 lanes at one k (lanes 0-15 hold group 2k, lanes 16-31 group 2k + 1);
+// group_max_split leaves the maximum of slot `own` on each lane of a half, so each lane works
+// out one scale and the lanes fetch the kV inverses. kPrefetch: the next row's loads are issued
+// before this row's steps (else at the end of them); kHoldW: the weight stays in registers
+// for all of a warp's rows (else it is reloaded, from L1, for each row). kMaxRegs: its
+// __maxnreg__ (at most 256 threads a block under 128: 65536 / 256 = 256 registers would allow more).
+constexpr int kWarpRowsMaxThreads = 256;
+
+template <typename T, bool kFused, DecodeScales kScales, int kV, bool kPrefetch, bool kHoldW, int kMaxRegs>
+__global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
+    norm_quant_warp_rows_kernel(const RowQuantParams<T> p) {
+  using Wd = Words<T>;
+  constexpr int kPer = Wd::kPer;
+  constexpr int kVec = 4 * kPer;  // elements of a 16-byte vector
+  static_assert(kVec * 16 == kDecodeGroup, "16-bit input: a group is 16 lanes' vectors");
+  static_assert(kV >= 2 && kV <= 16, "a row of 2 to 16 vectors a lane");
+  constexpr int kSplitK = 1 << (32 - __builtin_clz(static_cast<unsigned>(kV - 1)));  // kV up to a power of two
+  constexpr int kSpan = 16 / kSplitK;  // lanes of a half that end up holding the same slot
+  const int lane = threadIdx.x & 31;
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  int64_t row = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
+  const float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  const bool q_ok = qmax_recip_ok(qmax);
+  const int own = (lane / kSpan) % kSplitK;
+  const int group = 2 * own + (lane >> 4);
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  if (row >= p.rows) return;
+  auto fetch = [&](const T* src, Word4 (&v)[kV]) {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = load_vec<Word4>(src + (k * 32 + lane) * kVec);
+  };
+  constexpr int kR = kFused ? kV : 1;
+  auto fetch_row = [&](int64_t r, Word4 (&v)[kV], Word4 (&res)[kR]) {
+    fetch(p.input + r * p.input_stride, v);
+    if constexpr (kFused) fetch(p.residual + r * p.residual_stride, res);
+  };
+  Word4 x[kV], w[kV], r[kR];
+  fetch_row(row, x, r);
+  if constexpr (kHoldW) fetch(p.weight, w);
+  while (true) {
+    const int64_t next = row + stride;
+    const bool more = next < p.rows;
+    Word4 xn[kPrefetch ? kV : 1], rn[kPrefetch ? kR : 1];
+    if constexpr (kPrefetch) {
+      if (more) fetch_row(next, xn, rn);
+    }
+    if constexpr (!kHoldW) fetch(p.weight, w);
+    // (Fused: x <- x + r rounded to T, stored into the residual.)
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      sum_sq = add_sum_sq<T, kFused>(x[k], r[kFused ? k : 0], sum_sq);
+      if constexpr (kFused) store_vec(p.residual + row * p.residual_stride + (k * 32 + lane) * kVec, x[k]);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+    const float rstd = rsqrtf(sum_sq / hidden_f + p.rms_eps);
+    // The words pass an empty asm between the passes over them, so the compiler unpacks them
+    // again instead of keeping every pass's fp32 values (kV * 8 registers each) live.
+    auto opaque = [](Word4 (&v)[kV]) {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) asm volatile("" : "+r"(v[k][0]), "+r"(v[k][1]), "+r"(v[k][2]), "+r"(v[k][3]));
+    };
+    opaque(x);
+    // y = x * rstd * w (fp32, the decode kernel's order), formed again for the codes.
+    auto norm_vec = [&](int k, float rstd, float (&y)[kVec]) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float f[kPer], g[kPer];
+        Wd::unpack(x[k][q], f);
+        Wd::unpack(w[k][q], g);
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) y[q * kPer + e] = f[e] * rstd * g[e];
+      }
+    };
+    float amax[kSplitK];
+#pragma unroll
+    for (int k = 0; k < kSplitK; ++k) {
+      amax[k] = 0.f;
+      if (k < kV) {
+        float y[kVec];
+        norm_vec(k < kV ? k : 0, rstd, y);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) amax[k] = max_abs_nan(amax[k], y[e]);
+      }
+    }
+    const float m = group_max_split<kSplitK>(amax, 16, lane);
+    const float s = scale_from_amax_recip(__float_as_uint(m), p.eps, qmax, qmax_r, q_ok);
+    const bool packed = kScales == DecodeScales::kPackedUe8m0;
+    const float used = packed ? ue8m0_ceil(s) : s;
+    const float inv = packed ? inverse_pow2(used) : inverse_scale(used);
+    if constexpr (!packed) {
+      if (own < kV && lane % kSpan == 0) static_cast<float*>(p.scales.ptr)[row * p.scales.stride_m + group] = s;
+    } else {
+      // Word j holds groups 4j .. 4j + 3: slots 2j and 2j + 1 of both halves. Lane 2j * kSpan
+      // gathers them (the bytes of slots past the row are 0, the last word's unused bytes).
+      uint32_t byte = own < kV ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * (group & 3)) : 0u;
+      byte |= __shfl_down_sync(0xffffffffu, byte, kSpan);
+      byte |= __shfl_down_sync(0xffffffffu, byte, 16);
+      if (lane < 16 && lane % (2 * kSpan) == 0 && own < kV) {
+        static_cast<uint32_t*>(p.scales.ptr)[row * p.scales.stride_m + (own / 2) * p.scales.stride_g] = byte;
+      }
+    }
+    uint8_t* out = static_cast<uint8_t*>(p.output_q) + row * p.hidden + lane * kVec;
+    float rstd_c = rstd;
+    asm volatile("" : "+f"(rstd_c));
+    opaque(x);
+    opaque(w);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      float y[kVec];
+      norm_vec(k, rstd_c, y);
+      const float ik = __shfl_sync(0xffffffffu, inv, (lane & 16) + k * kSpan);
+      *reinterpret_cast<Vec<uint8_t, kVec>*>(out + k * 32 * kVec) =
+          to_codes<QuantCode::kFp8>(y, ik, p.qmin, p.qmax, false);
+    }
+    if (!more) break;
+    row = next;
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        x[k] = xn[k];
+        if constexpr (kFused) r[k] = rn[k];
+      }
+    } else {
+      fetch_row(row, x, r);
+    }
+  }
+}
+
+// norm_quant_warp_rows_kernel for the plain norm op's p (launch_norm_decode's conditions met)
+// with rows of kV * 256 elements, `threads` a block; kPrefetch: a grid of as many blocks as the
+// SMs of `device` hold at once (at most one a warp of rows), else a warp for every row.
+template <typename T, bool kFused, DecodeScales kScales, int kV, bool kPrefetch, bool kHoldW, int kMaxRegs>
+cudaError_t launch_warp_rows_v(const RowQuantParams<T>& p, cudaStream_t stream, int threads, int device) {
+  constexpr auto kernel = norm_quant_warp_rows_kernel<T, kFused, kScales, kV, kPrefetch, kHoldW, kMaxRegs>;
+  if (p.weight == nullptr || (p.residual != nullptr) != kFused || p.hidden != int64_t{kV} * 256 || threads % 32 != 0 ||
+      threads < 32 || threads > kWarpRowsMaxThreads) {
+    return cudaErrorNotSupported;
+  }
+  const int warps = threads / 32;
+  int64_t blocks = ceil_div<int64_t>(p.rows, warps);
+  if constexpr (kPrefetch) {
+    static std::atomic<int> fits[kWarpRowsMaxThreads / 32 + 1];
+    int fit = fits[warps].load(std::memory_order_relaxed);
+    if (fit == 0) {
+      SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, 0));
+      fit = std::max(fit, 1);
+      fits[warps].store(fit, std::memory_order_relaxed);
+    }
+    blocks = std::min<int64_t>(blocks, int64_t{fit} * device_sm_count(device));
+  }
+  return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), 0, stream,
+                       p.enable_pdl, p);
+}
+
+// Where the norm ops' many rows take the warp-rows kernel (session 29): rows of `hidden`
+// elements (kV = hidden / 256 vectors a lane) from min_rows rows, in 128-thread blocks under 128
+// registers, the next row's loads issued ahead (prefetch: a grid of as many blocks as the SMs
+// hold) or not (a warp for every row: the plain op's 2304, which spilled with them ahead, and
+// the fused op, whose loads ahead are twice the registers). H200, tune_norm_quant.cu "wr p1 h1
+// r128 b128" (prefetch) / "wr p0 h1 r128 b128" against what ran before (the looping, vector or
+// decode kernel), bf16, row-major scales, us at T = 300 / 512 / 1024 / 2048 / 4096 / 16384:
+// - plain 1024: 1.61 / 1.75 / 2.19 / 2.97 / 5.95 / 16.09 against 1.52 / 1.62 / 2.33 (qp k8) /
+//   3.49 / 6.49 / 18.78; 1280: 1.73 / 1.91 / 2.38 / 4.66 / 6.87 / 19.04 against 2.03 / 1.93 / 2.99
+//   / 4.97 / 8.39 / 26.46; 1536: 1.86 / 2.02 / 2.59 / 5.17 / 7.69 / 21.62 against 1.57 / 1.81 /
+//   2.81 / 5.58 / 9.15 / 29.13; 1792: 2.01 / 2.18 / 2.82 / 5.81 / 8.75 / 24.94 against 2.60 / 2.75
+//   / 3.35 / 6.09 / 10.10 / 32.28; 2048: 2.21 / 2.39 / 3.10 / 6.40 / 9.71 / 28.42 against 1.80 /
+//   2.04 / 3.21 / 6.29 / 10.42 / 34.19; 2304 (no prefetch): 2.81 / 3.03 / 5.02 / 7.37 / 11.83 /
+//   38.25 against 2.48 / 2.56 / 4.80 / 8.22 / 13.39 / 43.04. Packed UE8M0 alike (2304 T = 1024 /
+//   4096 / 16384: 5.04 / 11.95 / 38.76 against 5.25 / 13.70 / 44.57).
+// - fused (no prefetch), T = 300 / 1024 / 4096 / 16384: 1024 1.73 / 2.54 / 9.55 / 30.61 against
+//   1.84 / 3.40 / 10.47 / 32.49; 1280 1.94 / 3.00 / 11.93 / 37.99 against 2.16 / 3.13 / 12.21 /
+//   38.88; 1536 2.10 / 3.36 / 13.44 / 44.96 against 2.16 / 3.49 / 13.67 / 45.78; 1792 2.31 / 3.71
+//   / 15.24 / 51.55 against 2.86 / 4.05 / 16.35 / 53.15. At 2048 and 2304 it lost or tied below
+//   16384 rows (2048 T=4096 16.91 against 16.69; 2304 19.67 against 18.71).
+// From 2560 elements (10-16 vectors a lane) it lost to the looping kernel at every count, with
+// loads ahead or not, under 128 or 168 registers (plain 3072 T=4096 14.50 against 13.29).
+// H100 (the same tune, what ran before against this kernel, us at T = 300 / 512 / 1024 / 2048 /
+// 4096 / 16384): every length gained or tied as on the H200 (plain 1792 2.61 / 2.74 / 3.36 / 6.93
+// / 11.11 / 34.99 against 2.10 / 2.27 / 2.90 / 6.84 / 10.55 / 34.79; plain 2304 T = 2048 / 4096 /
+// 16384 9.32 / 15.01 / 46.02 against 8.50 / 13.30 / 41.44; fused 1280 2.28 / - / 3.17 / - / 15.08
+// / 52.24 against 2.07 / - / 3.14 / - / 14.80 / 51.41) but the plain op's 2048 past 4096 rows
+// (T=16384 39.40 against the vector kernel's 38.06): on parts under kFastMemory it runs there
+// only at 4096 rows (max_rows_slow).
+struct WarpRowsRange {
+  int64_t hidden, min_rows;
+  bool fused;
+  int64_t max_rows_slow = INT64_MAX;  // the bound on parts under kFastMemory
+};
+constexpr WarpRowsRange kWarpRows[] = {{1024, 1024, false}, {1280, 257, false},       {1536, 1024, false},
+                                       {1792, 257, false},  {2048, 4096, false, 4096}, {2304, 2048, false},
+                                       {1024, 257, true},   {1280, 257, true},         {1536, 257, true},
+                                       {1792, 257, true}};
+
+// The warp-rows kernel where kWarpRows takes p (launch_norm_decode's conditions met; fast_memory:
+// the device's peak DRAM bandwidth is at least kFastMemory); cudaErrorNotSupported elsewhere.
+template <typename T>
+cudaError_t launch_norm_warp_rows(const RowQuantParams<T>& p, cudaStream_t stream, int device, bool fast_memory) {
+  if constexpr (sizeof(T) != 2) {
+    return cudaErrorNotSupported;
+  } else {
+    const bool fused = p.residual != nullptr;
+    if (!rows_aligned16(p.input, p.input_stride, sizeof(T)) || !is_aligned16(p.weight) ||
+        !rows_aligned16(p.output_q, p.hidden, 1) || (fused && !rows_aligned16(p.residual, p.residual_stride, sizeof(T)))) {
+      return cudaErrorNotSupported;
+    }
+    bool taken = false;
+    for (const WarpRowsRange& r : kWarpRows) {
+      const bool in_range = p.rows >= r.min_rows && (fast_memory || p.rows <= r.max_rows_slow);
+      if (r.hidden == p.hidden && r.fused == fused && in_range) taken = true;
+    }
+    if (!taken) return cudaErrorNotSupported;
+    const bool row_f32 = !p.scales.packed_ue8m0;
+    constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+    constexpr int kThreads = 128;
+    // The loads ahead: the plain op's rows but 2304 (see kWarpRows).
+#define SGL_NQ_WARP_ROWS(FUSED, KV, PF)                                                                   \
+  case KV:                                                                                                \
+    return row_f32 ? launch_warp_rows_v<T, FUSED, kRow, KV, PF, true, 128>(p, stream, kThreads, device)   \
+                   : launch_warp_rows_v<T, FUSED, kPacked, KV, PF, true, 128>(p, stream, kThreads, device);
+    if (fused) {
+      switch (p.hidden / 256) {
+        SGL_NQ_WARP_ROWS(true, 4, false)
+        SGL_NQ_WARP_ROWS(true, 5, false)
+        SGL_NQ_WARP_ROWS(true, 6, false)
+        SGL_NQ_WARP_ROWS(true, 7, false)
+        default:
+          return cudaErrorNotSupported;
+      }
+    }
+    switch (p.hidden / 256) {
+      SGL_NQ_WARP_ROWS(false, 4, true)
+      SGL_NQ_WARP_ROWS(false, 5, true)
+      SGL_NQ_WARP_ROWS(false, 6, true)
+      SGL_NQ_WARP_ROWS(false, 7, true)
+      SGL_NQ_WARP_ROWS(false, 8, true)
+      SGL_NQ_WARP_ROWS(false, 9, false)
+      default:
+        return cudaErrorNotSupported;
+    }
+#undef SGL_NQ_WARP_ROWS
+  }
+}
+
 // Blocks per row of the norm + quant decode kernel (1: one block; it takes at most 16384
 // elements a block). tune_norm_quant.cu --norms 1 ("q-cN", H100, bf16, g=128, row-major
 // scales, us):
@@ -844,16 +1095,18 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 }
 
 // Groups a warp of the looping kernel (norm_quant_rows_kernel) for the norm ops' rows of
-// 16-bit input where it runs (launch_norm_decode's conditions met), 0 elsewhere:
+// 16-bit input where it runs (launch_norm_decode's conditions met, and the warp-rows kernel,
+// kWarpRows, not taking them first), 0 elsewhere:
 // - plain op, rows of a multiple of 512 elements: 2560-8192 from 513 rows (from 257 at
 //   6144-8192), 1536-2048 from 513 up to 4096 rows (4 groups a warp); other lengths: 896 and
-//   1152 (1 group a warp) and 2304 and 1280 (2) from 257 rows up to 1024 / 512 / 1024 / 512;
+//   1152 (1 group a warp) and 2304 (2) from 257 rows up to 1024 / 512 / 1024;
 //   3840 and 5376 at 4 groups a warp, the last warp holding the row's 2 remaining groups
 //   (kPartial), from 257 rows up to 1024 and at any count;
 // - fused op (H200; on parts of less peak bandwidth see kFastMemory): 2560 from 513 rows at 4
 //   groups a warp; at 2 (its in-place residual makes a row twice the loads; 4 groups a warp
-//   were slower there) 1536 and 2048 from 513, 1280, 2304 and 3840 from 257, all up to 4096
-//   rows; 896 and 1152 at 1 from 257 up to 512 rows; 5376 at 4 (kPartial) from 257 up to 4096.
+//   were slower there) 2048 from 513, 2304 and 3840 from 257, all up to 4096 rows; 896 and
+//   1152 at 1 from 257 up to 512 rows; 5376 at 4 (kPartial) from 257 up to 4096.
+// (The measurements below include the lengths the warp-rows kernel has taken since.)
 // Session 27 (H200, tune_norm_quant.cu "qp k4 d1" / "qp k2 d1" / "qp k1 d1" against "prod", bf16,
 // row-major scales, us at T = 512 / 768 / 1024 / 4096 / 16384; packed UE8M0 alike at 2560, 4096,
 // 7168):
@@ -906,13 +1159,13 @@ struct RowsKernelRange {
   int64_t min_rows, max_rows;
   int64_t max_rows_slow = INT64_MAX;  // the bound on parts under kFastMemory (0: not there)
 };
-constexpr RowsKernelRange kRowsPlainOther[] = {{896, 1, 257, 1024},  {1152, 1, 257, 512},
-                                               {1280, 2, 257, 512},  {2304, 2, 257, 1024},
+// (Since session 29 the warp-rows kernel, kWarpRows, takes the plain op's 1280 and the fused
+// op's 1280 and 1536 from 257 rows, where these tables had the looping kernel.)
+constexpr RowsKernelRange kRowsPlainOther[] = {{896, 1, 257, 1024},  {1152, 1, 257, 512},  {2304, 2, 257, 1024},
                                                {3840, 4, 257, 1024}, {5376, 4, 257, INT64_MAX}};
 constexpr RowsKernelRange kRowsFused[] = {
-    {896, 1, 257, 512},   {1152, 1, 257, 512},  {1280, 2, 257, 4096},          {1536, 2, 513, 4096},
-    {2048, 2, 513, 4096}, {2304, 2, 257, 4096}, {2560, 4, 513, INT64_MAX, 0}, {3840, 2, 257, 4096},
-    {5376, 4, 257, 4096, 1024}};
+    {896, 1, 257, 512},   {1152, 1, 257, 512},          {2048, 2, 513, 4096},      {2304, 2, 257, 4096},
+    {2560, 4, 513, INT64_MAX, 0}, {3840, 2, 257, 4096}, {5376, 4, 257, 4096, 1024}};
 
 // The plain op at 8 groups a warp (session 28): the row's barrier joins half the warps, and a
 // warp's per-row steps (group maxima, scales) cover twice the elements. H200, tune_norm_quant.cu
@@ -992,6 +1245,9 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
     int device = 0;
     SGL_CUDA_TRY(cudaGetDevice(&device));
     fast_memory = device_memory_bandwidth(device) >= kFastMemory;
+    if (const cudaError_t err = launch_norm_warp_rows<T>(p, stream, device, fast_memory); err != cudaErrorNotSupported) {
+      return err;
+    }
     const int rows_gpw = rows_kernel_groups_per_warp(p.rows, p.hidden, fused, sizeof(T), fast_memory);
     if (rows_gpw > 0) {
       const cudaError_t err = launch_norm_rows<T>(p, stream, rows_gpw, device);
