@@ -416,31 +416,28 @@ Variant rows_variant(int64_t rows, int64_t hidden) {
 }
 
 // Session 29: norm_quant_warp_rows_kernel (a warp a row in the vector layout, looping over
-// rows), rows of kV * 256 elements: the plain op at kV = 4..10, 12, 14, 16, the fused op at
-// kV = 4..9. Rows "wr pP hH rR bB": P = the next row's loads issued ahead (1) or not (0: a warp
+// rows), rows of kG groups of 128: the plain op at kG = 7..10, 12, 14, 16, 18, 20, 24, the fused
+// op up to 18. Rows "wr pP hH rR bB": P = the next row's loads issued ahead (1) or not (0: a warp
 // for every row), H = the weight held in registers across rows (1) or reloaded each row (0),
 // R = __maxnreg__, B threads a block.
-template <bool kFused, bool kPf, bool kHold, int kRegs, int kV>
+template <bool kFused, bool kPf, bool kHold, int kRegs, int kG>
 cudaError_t warp_rows_launch_v(const RowQuantParams<T>& p, cudaStream_t s, int threads, int dev) {
   constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
-  if constexpr (kFused && kV > 9) {
+  if constexpr (kFused && kG > 18) {
     return cudaErrorNotSupported;
   } else {
-    return g_packed ? launch_warp_rows_v<T, kFused, kPacked, kV, kPf, kHold, kRegs>(p, s, threads, dev)
-                    : launch_warp_rows_v<T, kFused, kRow, kV, kPf, kHold, kRegs>(p, s, threads, dev);
+    return g_packed ? launch_warp_rows_v<T, kFused, kPacked, kG, kPf, kHold, kRegs>(p, s, threads, dev)
+                    : launch_warp_rows_v<T, kFused, kRow, kG, kPf, kHold, kRegs>(p, s, threads, dev);
   }
 }
 
 template <bool kFused, bool kPf, bool kHold, int kRegs>
 cudaError_t warp_rows_launch(const RowQuantParams<T>& p, cudaStream_t s, int threads, int dev) {
-  if (p.hidden % 256 != 0) return cudaErrorNotSupported;
-  switch (p.hidden / 256) {
-#define WR_CASE(KV) \
-  case KV:          \
-    return warp_rows_launch_v<kFused, kPf, kHold, kRegs, KV>(p, s, threads, dev);
-    WR_CASE(4)
-    WR_CASE(5)
-    WR_CASE(6)
+  if (p.hidden % 128 != 0) return cudaErrorNotSupported;
+  switch (p.hidden / 128) {
+#define WR_CASE(G) \
+  case G:          \
+    return warp_rows_launch_v<kFused, kPf, kHold, kRegs, G>(p, s, threads, dev);
     WR_CASE(7)
     WR_CASE(8)
     WR_CASE(9)
@@ -448,6 +445,9 @@ cudaError_t warp_rows_launch(const RowQuantParams<T>& p, cudaStream_t s, int thr
     WR_CASE(12)
     WR_CASE(14)
     WR_CASE(16)
+    WR_CASE(18)
+    WR_CASE(20)
+    WR_CASE(24)
 #undef WR_CASE
     default:
       return cudaErrorNotSupported;

@@ -372,12 +372,13 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
     // the warp's kK bytes, and the row's last warp also the zeros of its word's unused bytes.
     const uint32_t byte = lane < kv ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * (mine & 3)) : 0u;
     if constexpr (kK == 8) {
-      // (The looping kernel's 8 groups a warp: two words, the warp's groups 0-3 and 4-7.)
+      // (The looping kernel's 8 groups a warp: two words, the warp's groups 0-3 and 4-7; with
+      // at most 4 of them inside the row the second word lies past the row's words.)
       const uint32_t lo = __reduce_or_sync(0xffffffffu, mine < 4 ? byte : 0u);
       const uint32_t hi = __reduce_or_sync(0xffffffffu, mine < 4 ? 0u : byte);
       if (lane == 0) {
         static_cast<uint32_t*>(scale_at)[0] = lo;
-        static_cast<uint32_t*>(scale_at)[p.scales.stride_g] = hi;
+        if (kv > 4) static_cast<uint32_t*>(scale_at)[p.scales.stride_g] = hi;
       }
       return store_codes();
     }
@@ -548,7 +549,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
 }
 
 // The looping kernel (norm_quant_rows_kernel) at gpw groups a warp (1, 2, 4 or 8, the last for
-// the plain op only; at 4 the row may end inside the last warp's groups) for the norm ops' p,
+// the plain op only; at 4 and 8 the row may end inside the last warp's groups) for the norm ops' p,
 // which meets the decode kernel's conditions on codes, group, scales and alignment
 // (launch_norm_decode checks them), in a grid of as many blocks as the SMs of `device` (the
 // current one) hold at once (at most p.rows); cudaErrorNotSupported where the row is not a
@@ -563,31 +564,34 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
     const int64_t groups = p.hidden / kDecodeGroup, warps = ceil_div<int64_t>(groups, gpw);
     const bool partial = groups % gpw != 0;
     const bool gpw_ok = gpw == 1 || gpw == 2 || gpw == 4 || gpw == 8;
-    if (!norm || !gpw_ok || p.hidden % kDecodeGroup != 0 || (partial && gpw != 4) ||
+    if (!norm || !gpw_ok || p.hidden % kDecodeGroup != 0 || (partial && gpw < 4) ||
         warps * 32 > kRowsMaxThreads) {
       return cudaErrorNotSupported;
     }
     const int threads = static_cast<int>(warps * 32);
     using K = void (*)(RowQuantParams<T>);
     constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
-#define SGL_NQ_ROWS(FUSED, S, K8)                                                            \
+#define SGL_NQ_ROWS(FUSED, S, K8, K8P)                                                       \
   {norm_quant_rows_kernel<T, FUSED, S, 1>, norm_quant_rows_kernel<T, FUSED, S, 2>,            \
-   norm_quant_rows_kernel<T, FUSED, S, 4>, norm_quant_rows_kernel<T, FUSED, S, 4, true>, K8}
-    // [norm, fused][row-major, packed][gpw 1, 2, 4, 4 with the row ending inside the last warp, 8]
-    // (8 groups a warp for the plain op only: the fused op's were slower; the plain group quant
-    // measured slower at every gpw: not built)
-    static constexpr K kKernels[2][2][5] = {
-        {SGL_NQ_ROWS(false, kRow, (norm_quant_rows_kernel<T, false, kRow, 8>)),
-         SGL_NQ_ROWS(false, kPacked, (norm_quant_rows_kernel<T, false, kPacked, 8>))},
-        {SGL_NQ_ROWS(true, kRow, nullptr), SGL_NQ_ROWS(true, kPacked, nullptr)}};
+   norm_quant_rows_kernel<T, FUSED, S, 4>, norm_quant_rows_kernel<T, FUSED, S, 4, true>, K8, K8P}
+    // [norm, fused][row-major, packed][gpw 1, 2, 4, 4 with the row ending inside the last warp,
+    // 8, 8 so] (8 groups a warp for the plain op only: the fused op's were slower; the plain
+    // group quant measured slower at every gpw: not built)
+    static constexpr K kKernels[2][2][6] = {
+        {SGL_NQ_ROWS(false, kRow, (norm_quant_rows_kernel<T, false, kRow, 8>),
+                     (norm_quant_rows_kernel<T, false, kRow, 8, true>)),
+         SGL_NQ_ROWS(false, kPacked, (norm_quant_rows_kernel<T, false, kPacked, 8>),
+                     (norm_quant_rows_kernel<T, false, kPacked, 8, true>))},
+        {SGL_NQ_ROWS(true, kRow, nullptr, nullptr), SGL_NQ_ROWS(true, kPacked, nullptr, nullptr)}};
 #undef SGL_NQ_ROWS
-    const int f = fused ? 1 : 0, l = row_f32 ? 0 : 1, gi = gpw == 1 ? 0 : gpw == 2 ? 1 : gpw == 8 ? 4 : partial ? 3 : 2;
+    const int f = fused ? 1 : 0, l = row_f32 ? 0 : 1;
+    const int gi = gpw == 1 ? 0 : gpw == 2 ? 1 : gpw == 4 ? (partial ? 3 : 2) : (partial ? 5 : 4);
     const K kernel = kKernels[f][l][gi];
     if (kernel == nullptr) return cudaErrorNotSupported;
     // Blocks an SM holds, per kernel and block size, asked once (0: not yet). Every device of a
     // process is taken to be of one architecture: on a mixed host a wrong count costs speed
     // only (the blocks loop over any number of rows).
-    static std::atomic<int> fits[2][2][5][kRowsMaxThreads / 32 + 1];
+    static std::atomic<int> fits[2][2][6][kRowsMaxThreads / 32 + 1];
     std::atomic<int>& cached = fits[f][l][gi][warps];
     int fit = cached.load(std::memory_order_relaxed);
     if (fit == 0) {
@@ -601,11 +605,13 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
   }
 }
 
-// Many rows of a multiple of 256 elements, a warp a row (session 29): the plain norm op in the
-// vector layout (lane l's vector k is the row's 16-byte vector k * 32 + l), each warp looping over
-// rows (warp w of block b takes rows b * warps + w, then + gridDim.x * warps, ...). Nothing is
-// shared across warps: the sum of squares is a warp sum, so there is no block barrier. A
-// 128-element group is 16 lanes at one k (lanes 0-15 hold group 2k, lanes 16-31 group 2k + 1);
+// Many rows of kG groups of 128 elements, a warp a row (session 29): the norm ops in the vector
+// layout (lane l's vector k is the row's 16-byte vector k * 32 + l, kV = ceil(kG / 2) vectors a
+// lane), each warp looping over rows (warp w of block b takes rows b * warps + w, then +
+// gridDim.x * warps, ...). Nothing is shared across warps: the sum of squares is a warp sum, so
+// there is no block barrier. A group is 16 lanes at one k (lanes 0-15 hold group 2k, lanes 16-31
+// group 2k + 1); with an odd kG, lanes 16-31 hold no group in the last slot (they load lanes
+// 0-15's vectors there, unconditional loads, and leave them out of every step).
 // group_max_split leaves the maximum of slot `own` on each lane of a half, so each lane works
 // out one scale and the lanes fetch the kV inverses. kPrefetch: the next row's loads are issued
 // before this row's steps (else at the end of them); kHoldW: the weight stays in registers
@@ -613,12 +619,14 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
 // __maxnreg__ (at most 256 threads a block under 128: 65536 / 256 = 256 registers would allow more).
 constexpr int kWarpRowsMaxThreads = 256;
 
-template <typename T, bool kFused, DecodeScales kScales, int kV, bool kPrefetch, bool kHoldW, int kMaxRegs>
+template <typename T, bool kFused, DecodeScales kScales, int kG, bool kPrefetch, bool kHoldW, int kMaxRegs>
 __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
     norm_quant_warp_rows_kernel(const RowQuantParams<T> p) {
   using Wd = Words<T>;
   constexpr int kPer = Wd::kPer;
   constexpr int kVec = 4 * kPer;  // elements of a 16-byte vector
+  constexpr int kV = (kG + 1) / 2;
+  constexpr bool kHalfLast = kG % 2 != 0;  // lanes 16-31 hold nothing in slot kV - 1
   static_assert(kVec * 16 == kDecodeGroup, "16-bit input: a group is 16 lanes' vectors");
   static_assert(kV >= 2 && kV <= 16, "a row of 2 to 16 vectors a lane");
   constexpr int kSplitK = 1 << (32 - __builtin_clz(static_cast<unsigned>(kV - 1)));  // kV up to a power of two
@@ -634,9 +642,13 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
   SGL_PDL_WAIT();
   SGL_PDL_LAUNCH_DEPENDENTS();
   if (row >= p.rows) return;
+  // Vector k's element offset (the last slot's lanes 16-31: lanes 0-15's), and whether it is
+  // this lane's.
+  auto at = [&](int k) { return (k * 32 + (kHalfLast && k == kV - 1 ? lane & 15 : lane)) * kVec; };
+  auto live = [&](int k) { return !kHalfLast || k < kV - 1 || lane < 16; };
   auto fetch = [&](const T* src, Word4 (&v)[kV]) {
 #pragma unroll
-    for (int k = 0; k < kV; ++k) v[k] = load_vec<Word4>(src + (k * 32 + lane) * kVec);
+    for (int k = 0; k < kV; ++k) v[k] = load_vec<Word4>(src + at(k));
   };
   constexpr int kR = kFused ? kV : 1;
   auto fetch_row = [&](int64_t r, Word4 (&v)[kV], Word4 (&res)[kR]) {
@@ -658,8 +670,10 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
     float sum_sq = 0.f;
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
+      const float before = sum_sq;
       sum_sq = add_sum_sq<T, kFused>(x[k], r[kFused ? k : 0], sum_sq);
-      if constexpr (kFused) store_vec(p.residual + row * p.residual_stride + (k * 32 + lane) * kVec, x[k]);
+      if (!live(k)) sum_sq = before;
+      if (kFused && live(k)) store_vec(p.residual + row * p.residual_stride + at(k), x[k]);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
@@ -691,6 +705,7 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
         norm_vec(k < kV ? k : 0, rstd, y);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) amax[k] = max_abs_nan(amax[k], y[e]);
+        if (!live(k)) amax[k] = 0.f;
       }
     }
     const float m = group_max_split<kSplitK>(amax, 16, lane);
@@ -699,18 +714,18 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
     const float used = packed ? ue8m0_ceil(s) : s;
     const float inv = packed ? inverse_pow2(used) : inverse_scale(used);
     if constexpr (!packed) {
-      if (own < kV && lane % kSpan == 0) static_cast<float*>(p.scales.ptr)[row * p.scales.stride_m + group] = s;
+      if (group < kG && lane % kSpan == 0) static_cast<float*>(p.scales.ptr)[row * p.scales.stride_m + group] = s;
     } else {
       // Word j holds groups 4j .. 4j + 3: slots 2j and 2j + 1 of both halves. Lane 2j * kSpan
-      // gathers them (the bytes of slots past the row are 0, the last word's unused bytes).
-      uint32_t byte = own < kV ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * (group & 3)) : 0u;
+      // gathers them (the bytes of groups past the row are 0, the last word's unused bytes).
+      uint32_t byte = group < kG ? (__float_as_uint(used) >> 23 & 0xffu) << (8 * (group & 3)) : 0u;
       byte |= __shfl_down_sync(0xffffffffu, byte, kSpan);
       byte |= __shfl_down_sync(0xffffffffu, byte, 16);
       if (lane < 16 && lane % (2 * kSpan) == 0 && own < kV) {
         static_cast<uint32_t*>(p.scales.ptr)[row * p.scales.stride_m + (own / 2) * p.scales.stride_g] = byte;
       }
     }
-    uint8_t* out = static_cast<uint8_t*>(p.output_q) + row * p.hidden + lane * kVec;
+    uint8_t* out = static_cast<uint8_t*>(p.output_q) + row * p.hidden;
     float rstd_c = rstd;
     asm volatile("" : "+f"(rstd_c));
     opaque(x);
@@ -720,8 +735,8 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
       float y[kVec];
       norm_vec(k, rstd_c, y);
       const float ik = __shfl_sync(0xffffffffu, inv, (lane & 16) + k * kSpan);
-      *reinterpret_cast<Vec<uint8_t, kVec>*>(out + k * 32 * kVec) =
-          to_codes<QuantCode::kFp8>(y, ik, p.qmin, p.qmax, false);
+      const Vec<uint8_t, kVec> codes = to_codes<QuantCode::kFp8>(y, ik, p.qmin, p.qmax, false);
+      if (live(k)) *reinterpret_cast<Vec<uint8_t, kVec>*>(out + at(k)) = codes;
     }
     if (!more) break;
     row = next;
@@ -737,13 +752,13 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
   }
 }
 
-// norm_quant_warp_rows_kernel for the plain norm op's p (launch_norm_decode's conditions met)
-// with rows of kV * 256 elements, `threads` a block; kPrefetch: a grid of as many blocks as the
-// SMs of `device` hold at once (at most one a warp of rows), else a warp for every row.
-template <typename T, bool kFused, DecodeScales kScales, int kV, bool kPrefetch, bool kHoldW, int kMaxRegs>
+// norm_quant_warp_rows_kernel for the norm ops' p (launch_norm_decode's conditions met) with rows
+// of kG * 128 elements, `threads` a block; kPrefetch: a grid of as many blocks as the SMs of
+// `device` hold at once (at most one a warp of rows), else a warp for every row.
+template <typename T, bool kFused, DecodeScales kScales, int kG, bool kPrefetch, bool kHoldW, int kMaxRegs>
 cudaError_t launch_warp_rows_v(const RowQuantParams<T>& p, cudaStream_t stream, int threads, int device) {
-  constexpr auto kernel = norm_quant_warp_rows_kernel<T, kFused, kScales, kV, kPrefetch, kHoldW, kMaxRegs>;
-  if (p.weight == nullptr || (p.residual != nullptr) != kFused || p.hidden != int64_t{kV} * 256 || threads % 32 != 0 ||
+  constexpr auto kernel = norm_quant_warp_rows_kernel<T, kFused, kScales, kG, kPrefetch, kHoldW, kMaxRegs>;
+  if (p.weight == nullptr || (p.residual != nullptr) != kFused || p.hidden != int64_t{kG} * 128 || threads % 32 != 0 ||
       threads < 32 || threads > kWarpRowsMaxThreads) {
     return cudaErrorNotSupported;
   }
@@ -792,15 +807,28 @@ cudaError_t launch_warp_rows_v(const RowQuantParams<T>& p, cudaStream_t stream, 
 // / 52.24 against 2.07 / - / 3.14 / - / 14.80 / 51.41) but the plain op's 2048 past 4096 rows
 // (T=16384 39.40 against the vector kernel's 38.06): on parts under kFastMemory it runs there
 // only at 4096 rows (max_rows_slow).
+// Session 29, rows of 7 and 9 groups (the last slot half used), us at T = 300 / 512 / 1024 / 2048
+// / 4096 / 16384 against what ran (the looping kernel at 1 group a warp up to 1024 / 512 rows,
+// then the vector kernel): H200 plain 896 1.62 / 1.77 / 2.16 / 3.01 / 5.92 / 16.38 against 1.82
+// / 1.72 / 2.57 / 3.35 / 6.00 / 17.48, plain 1152 1.79 / 1.93 / 2.40 / 4.61 / 6.92 / 19.47
+// against 1.90 / 1.98 / 2.76 / 4.78 / 8.12 / 23.39; fused (T = 300 / 1024 / 4096 / 16384) 896
+// 1.73 / 2.54 / 9.53 / 28.06 against 2.05 / 3.05 / 9.47 / 28.71, 1152 1.89 / 2.98 / 11.81 /
+// 35.61 against 2.20 / 3.38 / 11.97 / 36.31. H100 alike (plain 1152 1.84 / 2.00 / 2.46 / - / 7.64
+// / 22.73 against 1.94 / 2.03 / 2.83 / - / 8.96 / 25.60); the fused op's 896 lost 1 % at 4096
+// rows on both (H100 11.43 against 11.28): up to 2048 rows there. In bench_fused_norm_quant.py
+// --models (H200) the plain op's 896 at 4096 rows, L2-hot there, read 4.90 us against the vector
+// kernel's 4.69 (1152: 5.77 against 6.29): 896 up to 2048 rows as well.
 struct WarpRowsRange {
   int64_t hidden, min_rows;
   bool fused;
   int64_t max_rows_slow = INT64_MAX;  // the bound on parts under kFastMemory
+  int64_t max_rows = INT64_MAX;
 };
-constexpr WarpRowsRange kWarpRows[] = {{1024, 1024, false}, {1280, 257, false},       {1536, 1024, false},
-                                       {1792, 257, false},  {2048, 4096, false, 4096}, {2304, 2048, false},
-                                       {1024, 257, true},   {1280, 257, true},         {1536, 257, true},
-                                       {1792, 257, true}};
+constexpr WarpRowsRange kWarpRows[] = {
+    {896, 257, false, INT64_MAX, 2048}, {1024, 1024, false}, {1152, 257, false}, {1280, 257, false},
+    {1536, 1024, false}, {1792, 257, false}, {2048, 4096, false, 4096}, {2304, 2048, false},
+    {896, 257, true, INT64_MAX, 2048},  {1024, 257, true},   {1152, 257, true},  {1280, 257, true},
+    {1536, 257, true},  {1792, 257, true}};
 
 // The warp-rows kernel where kWarpRows takes p (launch_norm_decode's conditions met; fast_memory:
 // the device's peak DRAM bandwidth is at least kFastMemory); cudaErrorNotSupported elsewhere.
@@ -816,35 +844,40 @@ cudaError_t launch_norm_warp_rows(const RowQuantParams<T>& p, cudaStream_t strea
     }
     bool taken = false;
     for (const WarpRowsRange& r : kWarpRows) {
-      const bool in_range = p.rows >= r.min_rows && (fast_memory || p.rows <= r.max_rows_slow);
-      if (r.hidden == p.hidden && r.fused == fused && in_range) taken = true;
+      const int64_t max_rows = fast_memory ? r.max_rows : std::min(r.max_rows, r.max_rows_slow);
+      if (r.hidden == p.hidden && r.fused == fused && p.rows >= r.min_rows && p.rows <= max_rows) taken = true;
     }
     if (!taken) return cudaErrorNotSupported;
     const bool row_f32 = !p.scales.packed_ue8m0;
     constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
     constexpr int kThreads = 128;
-    // The loads ahead: the plain op's rows but 2304 (see kWarpRows).
-#define SGL_NQ_WARP_ROWS(FUSED, KV, PF)                                                                   \
-  case KV:                                                                                                \
-    return row_f32 ? launch_warp_rows_v<T, FUSED, kRow, KV, PF, true, 128>(p, stream, kThreads, device)   \
-                   : launch_warp_rows_v<T, FUSED, kPacked, KV, PF, true, 128>(p, stream, kThreads, device);
+    // The loads ahead: the plain op's rows but 2304 (see kWarpRows); 7 and 9 groups: the last
+    // slot half used.
+#define SGL_NQ_WARP_ROWS(FUSED, G, PF)                                                                   \
+  case G:                                                                                                \
+    return row_f32 ? launch_warp_rows_v<T, FUSED, kRow, G, PF, true, 128>(p, stream, kThreads, device)   \
+                   : launch_warp_rows_v<T, FUSED, kPacked, G, PF, true, 128>(p, stream, kThreads, device);
     if (fused) {
-      switch (p.hidden / 256) {
-        SGL_NQ_WARP_ROWS(true, 4, false)
-        SGL_NQ_WARP_ROWS(true, 5, false)
-        SGL_NQ_WARP_ROWS(true, 6, false)
+      switch (p.hidden / 128) {
         SGL_NQ_WARP_ROWS(true, 7, false)
+        SGL_NQ_WARP_ROWS(true, 8, false)
+        SGL_NQ_WARP_ROWS(true, 9, false)
+        SGL_NQ_WARP_ROWS(true, 10, false)
+        SGL_NQ_WARP_ROWS(true, 12, false)
+        SGL_NQ_WARP_ROWS(true, 14, false)
         default:
           return cudaErrorNotSupported;
       }
     }
-    switch (p.hidden / 256) {
-      SGL_NQ_WARP_ROWS(false, 4, true)
-      SGL_NQ_WARP_ROWS(false, 5, true)
-      SGL_NQ_WARP_ROWS(false, 6, true)
+    switch (p.hidden / 128) {
       SGL_NQ_WARP_ROWS(false, 7, true)
       SGL_NQ_WARP_ROWS(false, 8, true)
-      SGL_NQ_WARP_ROWS(false, 9, false)
+      SGL_NQ_WARP_ROWS(false, 9, true)
+      SGL_NQ_WARP_ROWS(false, 10, true)
+      SGL_NQ_WARP_ROWS(false, 12, true)
+      SGL_NQ_WARP_ROWS(false, 14, true)
+      SGL_NQ_WARP_ROWS(false, 16, true)
+      SGL_NQ_WARP_ROWS(false, 18, false)
       default:
         return cudaErrorNotSupported;
     }
@@ -1098,14 +1131,14 @@ inline bool decode_takes_many_rows(int64_t rows, int64_t hidden, bool norm, bool
 // 16-bit input where it runs (launch_norm_decode's conditions met, and the warp-rows kernel,
 // kWarpRows, not taking them first), 0 elsewhere:
 // - plain op, rows of a multiple of 512 elements: 2560-8192 from 513 rows (from 257 at
-//   6144-8192), 1536-2048 from 513 up to 4096 rows (4 groups a warp); other lengths: 896 and
-//   1152 (1 group a warp) and 2304 (2) from 257 rows up to 1024 / 512 / 1024;
-//   3840 and 5376 at 4 groups a warp, the last warp holding the row's 2 remaining groups
-//   (kPartial), from 257 rows up to 1024 and at any count;
+//   6144-8192), 1536-2048 from 513 up to 4096 rows (4 groups a warp); other lengths: 2304 (2
+//   groups a warp) from 257 up to 1024 rows; 3840 and 5376 at 4 groups a warp, the last warp
+//   holding the row's 2 remaining groups (kPartial), from 257 rows up to 1023 / 511, then at 8
+//   (kPartial: 6 / 2 remaining groups) at any count;
 // - fused op (H200; on parts of less peak bandwidth see kFastMemory): 2560 from 513 rows at 4
 //   groups a warp; at 2 (its in-place residual makes a row twice the loads; 4 groups a warp
-//   were slower there) 2048 from 513, 2304 and 3840 from 257, all up to 4096 rows; 896 and
-//   1152 at 1 from 257 up to 512 rows; 5376 at 4 (kPartial) from 257 up to 4096.
+//   were slower there) 2048 from 513, 2304 and 3840 from 257, all up to 4096 rows; 5376 at 4
+//   (kPartial) from 257 up to 4096.
 // (The measurements below include the lengths the warp-rows kernel has taken since.)
 // Session 27 (H200, tune_norm_quant.cu "qp k4 d1" / "qp k2 d1" / "qp k1 d1" against "prod", bf16,
 // row-major scales, us at T = 512 / 768 / 1024 / 4096 / 16384; packed UE8M0 alike at 2560, 4096,
@@ -1159,13 +1192,20 @@ struct RowsKernelRange {
   int64_t min_rows, max_rows;
   int64_t max_rows_slow = INT64_MAX;  // the bound on parts under kFastMemory (0: not there)
 };
-// (Since session 29 the warp-rows kernel, kWarpRows, takes the plain op's 1280 and the fused
-// op's 1280 and 1536 from 257 rows, where these tables had the looping kernel.)
-constexpr RowsKernelRange kRowsPlainOther[] = {{896, 1, 257, 1024},  {1152, 1, 257, 512},  {2304, 2, 257, 1024},
-                                               {3840, 4, 257, 1024}, {5376, 4, 257, INT64_MAX}};
-constexpr RowsKernelRange kRowsFused[] = {
-    {896, 1, 257, 512},   {1152, 1, 257, 512},          {2048, 2, 513, 4096},      {2304, 2, 257, 4096},
-    {2560, 4, 513, INT64_MAX, 0}, {3840, 2, 257, 4096}, {5376, 4, 257, 4096, 1024}};
+// (Since session 29 the warp-rows kernel, kWarpRows, takes the plain op's 896, 1152 and 1280
+// and the fused op's 896, 1152, 1280 and 1536 from 257 rows, where these tables had the looping
+// kernel.) The plain op's 3840 from 1024 rows and 5376 from 512 at 8 groups a warp, the last warp
+// holding the row's 6 / 2 remaining groups (session 29, H200, "qp k8 d1" against "qp k4 d1" /
+// what ran, us at T = 300 / 512 / 1024 / 2048 / 4096 / 16384): 3840 3.02 / 3.21 / 5.99 / 9.46 /
+// 16.58 / 57.90 against 3.03 / 3.13 / 6.29 / 10.79 / 19.04 / 64.31; 5376 4.14 / 5.14 / 8.18 /
+// 14.36 / 26.47 / 97.31 against 3.46 / 5.32 / 8.57 / 15.22 / 27.88 / 104.50 (packed UE8M0 alike:
+// 3840 T=4096 17.47 against 19.75, 5376 28.25 against 29.13).
+constexpr RowsKernelRange kRowsPlainOther[] = {{2304, 2, 257, 1024},           {3840, 4, 257, 1023},
+                                               {3840, 8, 1024, INT64_MAX},     {5376, 4, 257, 511},
+                                               {5376, 8, 512, INT64_MAX}};
+constexpr RowsKernelRange kRowsFused[] = {{2048, 2, 513, 4096},         {2304, 2, 257, 4096},
+                                          {2560, 4, 513, INT64_MAX, 0}, {3840, 2, 257, 4096},
+                                          {5376, 4, 257, 4096, 1024}};
 
 // The plain op at 8 groups a warp (session 28): the row's barrier joins half the warps, and a
 // warp's per-row steps (group maxima, scales) cover twice the elements. H200, tune_norm_quant.cu

@@ -307,18 +307,20 @@ def test_decode_kernel_paths(op, dtype, layout, tokens, hidden, gen):
 # the SMs hold, each block taking every gridDim.x-th row with the next row's loads in flight.
 # Rows on either side of its bounds (256 / 257, 512 / 513, 1024 / 1025, 4096 / 4097), and 8193
 # rows: several rows a block, the last round partial. The plain op at 4 groups a warp from
-# 1536 elements (multiples of 512), at 1 (896, 1152), 2 (2304) or 4 with the row ending
-# inside the last warp (3840, 5376: its 2 remaining groups) elsewhere; the fused op at 4 (2560;
-# 5376 with a partial last warp), 2 (2048, 2304, 3840) or 1 (896, 1152). (The 1280 rows and the
-# fused op's 1536 rows here take the warp-rows kernel since session 29.) On parts
-# under 4 TB/s peak bandwidth (an H100) the fused op's 2560 takes the decode kernel and its 5376
-# the looping kernel only up to 1024 rows (norm_quant.cu kFastMemory): the same cases then
-# check those. Packed UE8M0 rows of 7, 9 or 10 groups end mid-word.
+# 1536 elements (multiples of 512), at 2 (2304) or 4 with the row ending inside the last warp
+# (3840, 5376: its 2 remaining groups) elsewhere; the fused op at 4 (2560; 5376 with a partial
+# last warp) or 2 (2048, 2304, 3840). (The 896, 1152 and 1280 rows and the fused op's 1536 rows
+# here take the warp-rows kernel since session 29.) On parts under 4 TB/s peak bandwidth (an
+# H100) the fused op's 2560 takes the decode kernel and its 5376 the looping kernel only up to
+# 1024 rows (norm_quant.cu kFastMemory): the same cases then check those.
 # The plain op at 8 groups a warp (norm_quant.cu kRowsPlainK8: 3072 and 4096 from 513 rows,
 # 5120 from 1024, 6144 from 2048, 8192 from 257; on parts under 4 TB/s 3072 and 6144 only up to
 # 4096 rows and 5120 up to 2048; packed UE8M0: two words a warp) on both sides of its bounds
 # (4096 at 513 / 4096 / 4097 above). The plain op's 1536 from 1024 rows, 2048 from 4096 and
-# 2304 from 2048 take the warp-rows kernel instead (test_rows_kernel's warp-rows shapes);
+# 2304 from 2048 take the warp-rows kernel instead (test_rows_kernel's warp-rows shapes); its
+# 3840 from 1024 rows and 5376 from 512 the looping kernel at 8 groups a warp with the row ending
+# inside the last warp (6 / 2 groups there; packed UE8M0: that warp's second word past the row's
+# words at 5376, not stored);
 # the fused op's 7168 from 8192 rows takes the vector kernel on parts of at least 4 TB/s
 # (kFusedVector7168Rows), the decode kernel below and elsewhere.
 ROWS_KERNEL_SHAPES = [(t, h) for h in (1536, 2048, 2304, 2560, 4096) for t in (513, 4096, 4097)]
@@ -328,19 +330,23 @@ ROWS_KERNEL_SHAPES += [(2047, 6144), (2048, 6144), (4097, 6144)]
 ROWS_KERNEL_SHAPES += [(256, 8192), (257, 8192), (8191, 7168), (8192, 7168)]
 ROWS_KERNEL_SHAPES += [(t, h) for h in (896, 1152, 1280, 2304, 3840) for t in (257, 512, 513, 1024, 1025)]
 ROWS_KERNEL_SHAPES += [(t, h) for h in (1280, 3840, 5376) for t in (256, 257, 4096, 4097)] + [(8193, 5376)]
+ROWS_KERNEL_SHAPES += [(1023, 3840), (511, 5376), (512, 5376)]
 
 # The warp-rows kernel (norm_quant.cu norm_quant_warp_rows_kernel, kWarpRows:
 # 16-bit input, g=128 fp8, row-major fp32 or packed UE8M0 scales): a warp a row, the plain op's
-# rows of 1024 / 1280 / 1536 / 1792 / 2048 / 2304 elements (4 to 9 vectors a lane) from 1024 /
-# 257 / 1024 / 257 / 4096 / 2048 rows. Packed UE8M0 rows of 10, 14 and 18 groups (1280, 1792,
-# 2304) end mid-word.
-# The fused op's rows of 1024 / 1280 / 1536 / 1792 from 257 rows, a warp for every row (no loads
-# ahead). Rows on both sides of each bound; 16387 rows (the plain op: a grid of as many blocks
-# as the SMs hold, each warp looping over about 8 rows, the last round partial). On parts under
-# 4 TB/s peak bandwidth (an H100) the plain op's 2048 takes it only at 4096 rows (kFastMemory):
-# 16387 rows of 2048 then check the vector kernel.
+# rows of 896 / 1024 / 1152 / 1280 / 1536 / 1792 / 2048 / 2304 elements (4 to 9 vectors a lane;
+# 896 and 1152, 7 and 9 groups, leave lanes 16-31 without a vector in the last slot) from 257 /
+# 1024 / 257 / 257 / 1024 / 257 / 4096 / 2048 rows (896: up to 2048). Packed UE8M0 rows of 7, 9, 10, 14 and 18
+# groups end mid-word. The fused op's rows of 896 / 1024 / 1152 / 1280 / 1536 / 1792 from 257
+# rows (896: up to 2048 as well), a warp for every row (no loads ahead). Rows on both sides of each
+# bound; 16387 rows (the plain op: a grid of as many blocks as the SMs hold, each warp looping
+# over about 8 rows, the last round partial). On parts under 4 TB/s peak bandwidth (an H100)
+# the plain op's 2048 takes it only at 4096 rows (kFastMemory): 16387 rows of 2048 then check
+# the vector kernel.
 WARP_ROWS_SHAPES = [(1023, 1024), (1024, 1024), (16387, 1024), (256, 1280), (257, 1280), (16387, 1280)]
-WARP_ROWS_SHAPES += [(256, 1536), (257, 1536), (1023, 1536), (1024, 1536), (256, 1792), (257, 1792), (4097, 1792)]
+WARP_ROWS_SHAPES += [(256, 896), (2048, 896), (2049, 896), (16387, 896), (256, 1152), (16387, 1152)]
+WARP_ROWS_SHAPES += [(256, 1536), (257, 1536), (1023, 1536), (1024, 1536)]
+WARP_ROWS_SHAPES += [(256, 1792), (257, 1792), (4097, 1792)]
 WARP_ROWS_SHAPES += [(4095, 2048), (4096, 2048), (16387, 2048), (2047, 2304), (2048, 2304)]
 ROWS_KERNEL_SHAPES += WARP_ROWS_SHAPES
 
@@ -428,9 +434,9 @@ def test_quant_eps(op, gen):
 STRIDE_CASES = [(PLAIN, "input"), (ADD, "input"), (ADD, "residual"), (ADD, "both")]
 
 
-# (1025 rows of 2560: the looping kernel, test_rows_kernel; 1025 of 1536 and 2048 of 2304: the
-# plain op's warp-rows kernel, test_rows_kernel's warp-rows shapes; packed UE8M0 scales.)
-STRIDE_SHAPES = [(37, 1536), (1025, 1536), (1025, 2560), (2048, 2304)]
+# (1025 rows of 2560: the looping kernel, test_rows_kernel; 1025 of 1536 and 1152 and 2048 of
+# 2304: the warp-rows kernel, test_rows_kernel's warp-rows shapes; packed UE8M0 scales.)
+STRIDE_SHAPES = [(37, 1536), (1025, 1536), (1025, 2560), (2048, 2304), (1025, 1152)]
 
 
 @pytest.mark.parametrize("tokens, hidden", STRIDE_SHAPES, ids=_shape_ids(STRIDE_SHAPES))
@@ -519,9 +525,9 @@ def test_decode_shapes(op, dtype, layout, tokens, hidden, gen):
     _run_check(op, x, r, w, 128, FP8, layout)
 
 
-# (4096 at 2 / 16 / 300 rows: the decode and the vector kernel; 1536 at 1024 rows and 2304 at
-# 2048: the plain op's warp-rows kernel.)
-NONFINITE_SHAPES = [(2, 4096), (16, 4096), (300, 4096), (1024, 1536), (2048, 2304)]
+# (4096 at 2 / 16 / 300 rows: the decode and the vector kernel; 1536 at 1024 rows, 2304 at 2048
+# and 1152 at 300 (its last slot half used): the warp-rows kernel.)
+NONFINITE_SHAPES = [(2, 4096), (16, 4096), (300, 4096), (1024, 1536), (2048, 2304), (300, 1152)]
 
 
 @pytest.mark.parametrize("tokens, hidden", NONFINITE_SHAPES, ids=_shape_ids(NONFINITE_SHAPES))
