@@ -616,7 +616,7 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
 // out one scale and the lanes fetch the kV inverses. kPrefetch: the next row's loads are issued
 // before this row's steps (else at the end of them); kHoldW: the weight stays in registers
 // for all of a warp's rows (else it is reloaded, from L1, for each row). kMaxRegs: its
-// __maxnreg__ (at most 256 threads a block under 128: 65536 / 256 = 256 registers would allow more).
+// __maxnreg__ (production: 128, 16 warps an SM; the tune tries others).
 constexpr int kWarpRowsMaxThreads = 256;
 
 template <typename T, bool kFused, DecodeScales kScales, int kG, bool kPrefetch, bool kHoldW, int kMaxRegs>
@@ -785,11 +785,12 @@ cudaError_t launch_warp_rows_v(const RowQuantParams<T>& p, cudaStream_t stream, 
 // the fused op, whose loads ahead are twice the registers). H200, tune_norm_quant.cu "wr p1 h1
 // r128 b128" (prefetch) / "wr p0 h1 r128 b128" against what ran before (the looping, vector or
 // decode kernel), bf16, row-major scales, us at T = 300 / 512 / 1024 / 2048 / 4096 / 16384:
-// - plain 1024: 1.61 / 1.75 / 2.19 / 2.97 / 5.95 / 16.09 against 1.52 / 1.62 / 2.33 (qp k8) /
-//   3.49 / 6.49 / 18.78; 1280: 1.73 / 1.91 / 2.38 / 4.66 / 6.87 / 19.04 against 2.03 / 1.93 / 2.99
-//   / 4.97 / 8.39 / 26.46; 1536: 1.86 / 2.02 / 2.59 / 5.17 / 7.69 / 21.62 against 1.57 / 1.81 /
-//   2.81 / 5.58 / 9.15 / 29.13; 1792: 2.01 / 2.18 / 2.82 / 5.81 / 8.75 / 24.94 against 2.60 / 2.75
-//   / 3.35 / 6.09 / 10.10 / 32.28; 2048: 2.21 / 2.39 / 3.10 / 6.40 / 9.71 / 28.42 against 1.80 /
+// - plain 1024: 1.61 / 1.75 / 2.19 / 2.97 / 5.95 / 16.09 against 1.52 / 1.62 / - / 3.49 / 6.49 /
+//   18.78; 1280: 1.73 / 1.91 / 2.38 / 4.66 / 6.87 / 19.04 against 2.03 / 1.93 / - / 4.97 / 8.39 /
+//   26.46; 1536: 1.86 / 2.02 / 2.59 / 5.17 / 7.69 / 21.62 against 1.57 / 1.81 / 2.81 / 5.58 / 9.15
+//   / 29.13; 1792: 2.01 / 2.18 / 2.82 / 5.81 / 8.75 / 24.94 against 2.60 / 2.75 / - / 6.09 / 10.10
+//   / 32.28 ("-": what ran was not timed at that count; at 1024 rows of 1024 on the H100 it was
+//   2.89 against 2.22); 2048: 2.21 / 2.39 / 3.10 / 6.40 / 9.71 / 28.42 against 1.80 /
 //   2.04 / 3.21 / 6.29 / 10.42 / 34.19; 2304 (no prefetch): 2.81 / 3.03 / 5.02 / 7.37 / 11.83 /
 //   38.25 against 2.48 / 2.56 / 4.80 / 8.22 / 13.39 / 43.04. Packed UE8M0 alike (2304 T = 1024 /
 //   4096 / 16384: 5.04 / 11.95 / 38.76 against 5.25 / 13.70 / 44.57).
@@ -801,8 +802,8 @@ cudaError_t launch_warp_rows_v(const RowQuantParams<T>& p, cudaStream_t stream, 
 // From 2560 elements (10-16 vectors a lane) it lost to the looping kernel at every count, with
 // loads ahead or not, under 128 or 168 registers (plain 3072 T=4096 14.50 against 13.29).
 // H100 (the same tune, what ran before against this kernel, us at T = 300 / 512 / 1024 / 2048 /
-// 4096 / 16384): every length gained or tied as on the H200 (plain 1792 2.61 / 2.74 / 3.36 / 6.93
-// / 11.11 / 34.99 against 2.10 / 2.27 / 2.90 / 6.84 / 10.55 / 34.79; plain 2304 T = 2048 / 4096 /
+// 4096 / 16384): every length gained or tied as on the H200 (plain 1792 2.66 / 2.79 / 3.46 / 6.83
+// / 11.04 / 35.16 against 2.10 / 2.27 / 2.90 / 6.84 / 10.55 / 34.79; plain 2304 T = 2048 / 4096 /
 // 16384 9.32 / 15.01 / 46.02 against 8.50 / 13.30 / 41.44; fused 1280 2.28 / - / 3.17 / - / 15.08
 // / 52.24 against 2.07 / - / 3.14 / - / 14.80 / 51.41) but the plain op's 2048 past 4096 rows
 // (T=16384 39.40 against the vector kernel's 38.06): on parts under kFastMemory it runs there
