@@ -548,6 +548,21 @@ __global__ void __launch_bounds__(kRowsMaxThreads) norm_quant_rows_kernel(const 
   }
 }
 
+// How many blocks of `threads` threads of `kernel` an SM holds at once, asked once and kept in
+// `cached` (0: not yet asked). Every device of a process is taken to be of one architecture: on
+// a mixed host a wrong count costs speed only (the looping kernels take any number of rows a
+// block).
+template <typename Kernel>
+cudaError_t resident_blocks(Kernel kernel, int threads, std::atomic<int>& cached, int* fit) {
+  *fit = cached.load(std::memory_order_relaxed);
+  if (*fit == 0) {
+    SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(fit, kernel, threads, 0));
+    *fit = std::max(*fit, 1);
+    cached.store(*fit, std::memory_order_relaxed);
+  }
+  return cudaSuccess;
+}
+
 // The looping kernel (norm_quant_rows_kernel) at gpw groups a warp (1, 2, 4 or 8, the last for
 // the plain op only; at 4 and 8 the row may end inside the last warp's groups) for the norm ops' p,
 // which meets the decode kernel's conditions on codes, group, scales and alignment
@@ -588,17 +603,10 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
     const int gi = gpw == 1 ? 0 : gpw == 2 ? 1 : gpw == 4 ? (partial ? 3 : 2) : (partial ? 5 : 4);
     const K kernel = kKernels[f][l][gi];
     if (kernel == nullptr) return cudaErrorNotSupported;
-    // Blocks an SM holds, per kernel and block size, asked once (0: not yet). Every device of a
-    // process is taken to be of one architecture: on a mixed host a wrong count costs speed
-    // only (the blocks loop over any number of rows).
+    // Blocks an SM holds, per kernel and block size.
     static std::atomic<int> fits[2][2][6][kRowsMaxThreads / 32 + 1];
-    std::atomic<int>& cached = fits[f][l][gi][warps];
-    int fit = cached.load(std::memory_order_relaxed);
-    if (fit == 0) {
-      SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, 0));
-      fit = std::max(fit, 1);
-      cached.store(fit, std::memory_order_relaxed);
-    }
+    int fit = 0;
+    SGL_CUDA_TRY(resident_blocks(kernel, threads, fits[f][l][gi][warps], &fit));
     const int64_t blocks = std::min<int64_t>(p.rows, int64_t{fit} * device_sm_count(device));
     return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), 0, stream,
                          p.enable_pdl, p);
@@ -766,12 +774,8 @@ cudaError_t launch_warp_rows_v(const RowQuantParams<T>& p, cudaStream_t stream, 
   int64_t blocks = ceil_div<int64_t>(p.rows, warps);
   if constexpr (kPrefetch) {
     static std::atomic<int> fits[kWarpRowsMaxThreads / 32 + 1];
-    int fit = fits[warps].load(std::memory_order_relaxed);
-    if (fit == 0) {
-      SGL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, 0));
-      fit = std::max(fit, 1);
-      fits[warps].store(fit, std::memory_order_relaxed);
-    }
+    int fit = 0;
+    SGL_CUDA_TRY(resident_blocks(kernel, threads, fits[warps], &fit));
     blocks = std::min<int64_t>(blocks, int64_t{fit} * device_sm_count(device));
   }
   return launch_kernel(kernel, dim3(static_cast<uint32_t>(blocks)), dim3(static_cast<uint32_t>(threads)), 0, stream,
@@ -831,6 +835,27 @@ constexpr WarpRowsRange kWarpRows[] = {
     {896, 257, true, INT64_MAX, 2048},  {1024, 257, true},   {1152, 257, true},  {1280, 257, true},
     {1536, 257, true},  {1792, 257, true}};
 
+// The warp-rows kernel's production shape for rows of kG groups (128 threads a block, 128
+// registers, the weight held): the plain op with the loads ahead but at 2304 elements (kG = 18,
+// where they spilled), the fused op (kG up to 14) without them.
+template <typename T, int kG>
+cudaError_t launch_warp_rows_g(const RowQuantParams<T>& p, cudaStream_t stream, int device) {
+  constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+  constexpr int kThreads = 128;
+  const bool row_f32 = !p.scales.packed_ue8m0;
+  if (p.residual != nullptr) {
+    if constexpr (kG <= 14) {
+      return row_f32 ? launch_warp_rows_v<T, true, kRow, kG, false, true, 128>(p, stream, kThreads, device)
+                     : launch_warp_rows_v<T, true, kPacked, kG, false, true, 128>(p, stream, kThreads, device);
+    } else {
+      return cudaErrorNotSupported;
+    }
+  }
+  constexpr bool kAhead = kG != 18;
+  return row_f32 ? launch_warp_rows_v<T, false, kRow, kG, kAhead, true, 128>(p, stream, kThreads, device)
+                 : launch_warp_rows_v<T, false, kPacked, kG, kAhead, true, 128>(p, stream, kThreads, device);
+}
+
 // The warp-rows kernel where kWarpRows takes p (launch_norm_decode's conditions met; fast_memory:
 // the device's peak DRAM bandwidth is at least kFastMemory); cudaErrorNotSupported elsewhere.
 template <typename T>
@@ -849,40 +874,26 @@ cudaError_t launch_norm_warp_rows(const RowQuantParams<T>& p, cudaStream_t strea
       if (r.hidden == p.hidden && r.fused == fused && p.rows >= r.min_rows && p.rows <= max_rows) taken = true;
     }
     if (!taken) return cudaErrorNotSupported;
-    const bool row_f32 = !p.scales.packed_ue8m0;
-    constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
-    constexpr int kThreads = 128;
-    // The loads ahead: the plain op's rows but 2304 (see kWarpRows); 7 and 9 groups: the last
-    // slot half used.
-#define SGL_NQ_WARP_ROWS(FUSED, G, PF)                                                                   \
-  case G:                                                                                                \
-    return row_f32 ? launch_warp_rows_v<T, FUSED, kRow, G, PF, true, 128>(p, stream, kThreads, device)   \
-                   : launch_warp_rows_v<T, FUSED, kPacked, G, PF, true, 128>(p, stream, kThreads, device);
-    if (fused) {
-      switch (p.hidden / 128) {
-        SGL_NQ_WARP_ROWS(true, 7, false)
-        SGL_NQ_WARP_ROWS(true, 8, false)
-        SGL_NQ_WARP_ROWS(true, 9, false)
-        SGL_NQ_WARP_ROWS(true, 10, false)
-        SGL_NQ_WARP_ROWS(true, 12, false)
-        SGL_NQ_WARP_ROWS(true, 14, false)
-        default:
-          return cudaErrorNotSupported;
-      }
-    }
     switch (p.hidden / 128) {
-      SGL_NQ_WARP_ROWS(false, 7, true)
-      SGL_NQ_WARP_ROWS(false, 8, true)
-      SGL_NQ_WARP_ROWS(false, 9, true)
-      SGL_NQ_WARP_ROWS(false, 10, true)
-      SGL_NQ_WARP_ROWS(false, 12, true)
-      SGL_NQ_WARP_ROWS(false, 14, true)
-      SGL_NQ_WARP_ROWS(false, 16, true)
-      SGL_NQ_WARP_ROWS(false, 18, false)
+      case 7:
+        return launch_warp_rows_g<T, 7>(p, stream, device);
+      case 8:
+        return launch_warp_rows_g<T, 8>(p, stream, device);
+      case 9:
+        return launch_warp_rows_g<T, 9>(p, stream, device);
+      case 10:
+        return launch_warp_rows_g<T, 10>(p, stream, device);
+      case 12:
+        return launch_warp_rows_g<T, 12>(p, stream, device);
+      case 14:
+        return launch_warp_rows_g<T, 14>(p, stream, device);
+      case 16:
+        return launch_warp_rows_g<T, 16>(p, stream, device);
+      case 18:
+        return launch_warp_rows_g<T, 18>(p, stream, device);
       default:
         return cudaErrorNotSupported;
     }
-#undef SGL_NQ_WARP_ROWS
   }
 }
 
