@@ -12,8 +12,9 @@ Per size and provider, 20 back-to-back all-reduces of one tensor are captured in
 on a zero tensor), the graph is replayed R times between CUDA events, and the time is the median
 replay / 20, the slowest rank's. Bus bandwidth = bytes * 2 * (W - 1) / W / time (the NCCL-tests
 convention). The summary gives the crossover: the smallest size from which NCCL is faster at
-every larger size. ``--algos`` adds rows with the algorithm forced (SGL_KERNEL_AR_ALGO=oneshot /
-twoshot). Every custom row is checked once, eagerly, against the fp64 sum (tests/allreduce/
+every larger size. ``--algos`` adds rows with the algorithm forced (SGL_KERNEL_AR_ALGO=push /
+oneshot / twoshot; a forced push above its capacity, 1 MiB at 2 ranks and 512 KiB at 4, runs
+one-shot). Every custom row is checked once, eagerly, against the fp64 sum (tests/allreduce/
 ref_allreduce.py).
 
 ``--world`` defaults to every visible GPU (at most 8; the largest of 2, 4, 6, 8 that fits).
@@ -51,7 +52,7 @@ from benchmark.harness import import_pyplot, log, short_error  # noqa: E402
 
 DTYPE = torch.bfloat16
 CALLS_PER_GRAPH = 20
-PROVIDERS_CUSTOM = ("custom", "custom-oneshot", "custom-twoshot")
+PROVIDERS_CUSTOM = ("custom", "custom-push", "custom-oneshot", "custom-twoshot")
 NAME = "allreduce"
 
 
@@ -134,7 +135,7 @@ def _worker(rank: int, world: int, init_file: str, opts: Dict) -> None:
         full_nvlink = opts["full_nvlink"]
         algos = {"custom": None}
         if opts["algos"]:
-            algos.update({"custom-oneshot": "oneshot", "custom-twoshot": "twoshot"})
+            algos.update({"custom-push": "push", "custom-oneshot": "oneshot", "custom-twoshot": "twoshot"})
         for name, algo in algos.items():
             env = {"SGL_KERNEL_AR_ALGO": algo} if algo else {}
             with _scoped_env(env):
@@ -278,7 +279,7 @@ def run_emulated(world: int, opts: Dict) -> int:
     max_bytes = max(opts["sizes"])
     algos = {"custom": "auto"}
     if opts["algos"]:
-        algos.update({"custom-oneshot": "oneshot", "custom-twoshot": "twoshot"})
+        algos.update({"custom-push": "push", "custom-oneshot": "oneshot", "custom-twoshot": "twoshot"})
     groups = {}
     keep = []
     rows: List[Dict] = []
@@ -478,7 +479,7 @@ def run_dry(world: int, opts: Dict, emulated: bool) -> int:
     """No GPU: made-up timings through the same report, to test the script's plumbing."""
     rnd = random.Random(0)
     rows = []
-    providers = ["custom"] + (["custom-oneshot", "custom-twoshot"] if opts["algos"] else [])
+    providers = ["custom"] + (["custom-push", "custom-oneshot", "custom-twoshot"] if opts["algos"] else [])
     if not emulated:
         providers.append("nccl")
     for nbytes in opts["sizes"]:

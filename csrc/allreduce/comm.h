@@ -60,6 +60,8 @@ class Comm {
   uint64_t timeout_ns_;
   int max_blocks_;
   Algo algo_;
+  int64_t push_max_bytes_;      // auto: push up to this many bytes
+  int64_t two_shot_min_bytes_;  // auto, world > 2 on full NVLink: two-shot from this many bytes
   uint32_t* error_host_ = nullptr;    // host-mapped error word
   uint32_t* error_device_ = nullptr;
   std::map<const void*, RankPtrs*> buffers_;                  // this rank's address -> table

@@ -49,7 +49,8 @@ Algo env_algo() {
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Algo::kAuto;
   if (std::strcmp(v, "oneshot") == 0) return Algo::kOneShot;
   if (std::strcmp(v, "twoshot") == 0) return Algo::kTwoShot;
-  fail("init_custom_ar", "SGL_KERNEL_AR_ALGO must be auto, oneshot or twoshot, got '", v, "'");
+  if (std::strcmp(v, "push") == 0) return Algo::kPush;
+  fail("init_custom_ar", "SGL_KERNEL_AR_ALGO must be auto, oneshot, twoshot or push, got '", v, "'");
 }
 
 const char* barrier_name(uint32_t b) {
@@ -57,6 +58,7 @@ const char* barrier_name(uint32_t b) {
     case kStart: return "start";
     case kMid: return "middle";
     case kEnd: return "end";
+    case kPushWait: return "push data";
     default: return "?";
   }
 }
@@ -116,6 +118,10 @@ Comm::Comm(int device, const std::vector<int64_t>& signals, void* rank_data, int
   timeout_ns_ = static_cast<uint64_t>(env_int("SGL_KERNEL_AR_TIMEOUT_MS", 60000, 0, int64_t{1} << 40)) * 1000000ull;
   max_blocks_ = static_cast<int>(env_int("SGL_KERNEL_AR_MAX_BLOCKS", kDefaultBlocks, 1, kMaxBlocks));
   algo_ = env_algo();
+  // auto's switch points, from bench_allreduce.py --algos (session 30, 2 and 4 H100s over
+  // NVLink; 6 and 8 ranks not measured).
+  push_max_bytes_ = push_capacity(world_);
+  two_shot_min_bytes_ = world_ <= 4 ? (int64_t{1} << 20) : (int64_t{256} << 10);
   cuda_ok(op, cudaMemset(rank_data_, 0, static_cast<size_t>(slots_) * sizeof(RankPtrs)), "zeroing rank_data");
   void* host = nullptr;
   cuda_ok(op, cudaHostAlloc(&host, sizeof(uint32_t), cudaHostAllocMapped), "cudaHostAlloc (error word)");
@@ -177,10 +183,12 @@ void Comm::register_buffer(const std::vector<int64_t>& ptrs) {
 }
 
 Algo Comm::choose(int64_t bytes) const {
+  const bool push_fits = bytes <= push_capacity(world_);
+  if (algo_ == Algo::kPush) return push_fits ? Algo::kPush : Algo::kOneShot;
   if (algo_ != Algo::kAuto) return algo_;
+  if (push_fits && bytes <= push_max_bytes_) return Algo::kPush;
   if (world_ == 2 || !full_nvlink_) return Algo::kOneShot;
-  const int64_t limit = world_ <= 4 ? (int64_t{512} << 10) : (int64_t{256} << 10);
-  return bytes < limit ? Algo::kOneShot : Algo::kTwoShot;
+  return bytes < two_shot_min_bytes_ ? Algo::kOneShot : Algo::kTwoShot;
 }
 
 void Comm::all_reduce(cudaStream_t stream, Dtype dtype, const void* inp, void* out, int64_t bytes, void* reg_buffer,
@@ -188,6 +196,14 @@ void Comm::all_reduce(cudaStream_t stream, Dtype dtype, const void* inp, void* o
   const char* op = "all_reduce";
   check_healthy(op);
   if (bytes == 0) return;
+  const uintptr_t p0 = reinterpret_cast<uintptr_t>(inp), o0 = reinterpret_cast<uintptr_t>(out);
+  const auto overlaps = [&](uintptr_t i0) {
+    return o0 < i0 + static_cast<uintptr_t>(bytes) && i0 < o0 + static_cast<uintptr_t>(bytes);
+  };
+  Algo algo = choose(bytes);
+  // push reads this rank's input where it is, each pack before its sum is stored: out may be
+  // inp itself but not a shifted overlap of it (then the staging copy of one-shot).
+  if (algo == Algo::kPush && reg_buffer != nullptr && overlaps(p0) && p0 != o0) algo = Algo::kOneShot;
   const RankPtrs* table = nullptr;
   const void* input = inp;
   if (reg_buffer != nullptr) {
@@ -200,10 +216,12 @@ void Comm::all_reduce(cudaStream_t stream, Dtype dtype, const void* inp, void* o
       fail(op, "inp holds ", bytes, " bytes but reg_buffer_sz_bytes is ", reg_buffer_bytes);
     }
     table = it->second;
-    input = reg_buffer;
-    if (reg_buffer != inp) {
-      cuda_ok(op, cudaMemcpyAsync(reg_buffer, inp, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream),
-              "copying inp into reg_buffer");
+    if (algo != Algo::kPush) {  // push needs no copy: the peers never read inp
+      input = reg_buffer;
+      if (reg_buffer != inp) {
+        cuda_ok(op, cudaMemcpyAsync(reg_buffer, inp, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream),
+                "copying inp into reg_buffer");
+      }
     }
   } else {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -225,9 +243,9 @@ void Comm::all_reduce(cudaStream_t stream, Dtype dtype, const void* inp, void* o
       table = it->second;
     }
   }
-  // The peers read `input` until the end barrier; writing the result over it would race.
-  const uintptr_t i0 = reinterpret_cast<uintptr_t>(input), o0 = reinterpret_cast<uintptr_t>(out);
-  if (o0 < i0 + static_cast<uintptr_t>(bytes) && i0 < o0 + static_cast<uintptr_t>(bytes)) {
+  // The peers read a registered input until the end barrier; writing the result over it
+  // would race. (With reg_buffer == 0 this holds for every algorithm: one contract.)
+  if (overlaps(reinterpret_cast<uintptr_t>(input)) && !(algo == Algo::kPush && reg_buffer != nullptr && p0 == o0)) {
     fail(op, "out overlaps the registered input buffer that the peers read (",
          reg_buffer != nullptr ? "reg_buffer" : "inp", "); use a separate output tensor");
   }
@@ -235,11 +253,12 @@ void Comm::all_reduce(cudaStream_t stream, Dtype dtype, const void* inp, void* o
   for (int r = 0; r < world_; ++r) a.peers[r] = signals_[r];
   a.self = signals_[rank_];
   a.inputs = table;
+  a.in = inp;
   a.out = out;
   a.packs = bytes / 16;
   a.rank = rank_;
   a.world = world_;
-  a.algo = choose(bytes);
+  a.algo = algo;
   const int64_t per_block_packs = a.algo == Algo::kTwoShot ? (a.packs + world_ - 1) / world_ : a.packs;
   a.blocks = static_cast<int>(std::min<int64_t>(max_blocks_, (per_block_packs + kThreads - 1) / kThreads));
   a.dtype = dtype;

@@ -7,6 +7,9 @@
 // two-shot: rank r sums only partition r of the message (reduce-scatter) into its scratch,
 //           then every rank gathers partition p from rank p's scratch (all-gather). Each
 //           rank reads 2 (W - 1) / W of the message from peers instead of (W - 1).
+// push:     every rank stores its input into every peer's header (push region) and sums
+//           what the peers stored into its own; the data is its own flag (custom_ar.h), so
+//           a call costs one one-way trip over the links instead of two barriers and a read.
 //
 // Block b handles the same pack indices in both stages and on every rank, so per-block
 // barriers are enough: the data block b reads after a barrier was written by the blocks b
@@ -247,10 +250,125 @@ __global__ void __launch_bounds__(kThreads) two_shot_kernel(const LaunchArgs a) 
   end_call<W>(a, epoch);
 }
 
+// ---------------------------------------------------------------------------------------
+// push (custom_ar.h, "Push protocol")
+
+// What every rank sums for a word: itself, except 0xffffffff -> 0x7fffffff (NaNs both).
+__device__ __forceinline__ uint32_t push_remap(uint32_t w) { return w == 0xffffffffu ? 0x7fffffffu : w; }
+
+__device__ __forceinline__ uint4 push_remap(const uint4& v) {
+  return make_uint4(push_remap(v.x), push_remap(v.y), push_remap(v.z), push_remap(v.w));
+}
+
+// The stored form: never 0 (the empty value). Decoding is the bitwise NOT.
+__device__ __forceinline__ uint4 push_encode(const uint4& v) {
+  const uint4 r = push_remap(v);
+  return make_uint4(~r.x, ~r.y, ~r.z, ~r.w);
+}
+
+__device__ __forceinline__ void store_volatile(uint4* p, const uint4& v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+__device__ __forceinline__ uint4 load_volatile(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ bool push_arrived(const uint4& v) { return v.x != 0 && v.y != 0 && v.z != 0 && v.w != 0; }
+
+// Wait until the pack at `p` (this rank's push region) holds a peer's data; decode it and
+// zero the pack. False (reported) after the timeout.
+__device__ __forceinline__ bool push_receive(const LaunchArgs& a, uint4* p, int peer, uint4& out) {
+  uint4 v = load_volatile(p);
+  if (!push_arrived(v)) {
+    const uint64_t t0 = global_timer_ns();
+    uint32_t spins = 0;
+    do {
+      if (a.timeout_ns != 0 && (++spins & 255u) == 0 && global_timer_ns() - t0 > a.timeout_ns) {
+        report(a, kErrTimeout, peer, kPushWait);
+        return false;
+      }
+      v = load_volatile(p);
+    } while (!push_arrived(v));
+  }
+  *p = make_uint4(0, 0, 0, 0);
+  out = make_uint4(~v.x, ~v.y, ~v.z, ~v.w);
+  return true;
+}
+
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads) push_kernel(const LaunchArgs a) {
+  __shared__ uint32_t s_call;
+  const uint4* in = static_cast<const uint4*>(a.in);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // The first pack's load is issued before anything waits.
+  const uint4 v0 = first < a.packs ? __ldg(in + first) : make_uint4(0, 0, 0, 0);
+  // The registration check of the other algorithms, for one contract: a graph replayed
+  // before its inputs were registered computes nothing and poisons the handle.
+  const bool registered = a.inputs->ptr[0] != nullptr;
+  if (threadIdx.x == 0) s_call = a.self->push_calls;
+  __syncthreads();
+  if (!registered) {
+    if (threadIdx.x == 0) report(a, kErrUnregistered, 0, 0);
+    return;
+  }
+  constexpr int64_t region = push_capacity(W) / 16;  // packs per (slot, source)
+  const int64_t slot = (s_call & 1u) * W;
+  // Push: pack i of this rank's input to source `rank` of every peer's current slot.
+  for (int64_t i = first; i < a.packs; i += stride) {
+    const uint4 v = push_encode(i == first ? v0 : __ldg(in + i));
+#pragma unroll
+    for (int p = 0; p < W; ++p) {
+      if (p == a.rank) continue;
+      uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<char*>(a.peers[p]) + kSignalBytes);
+      store_volatile(dst + (slot + a.rank) * region + i, v);
+    }
+  }
+  // Receive and sum, in rank order.
+  uint4* mine = reinterpret_cast<uint4*>(reinterpret_cast<char*>(a.self) + kSignalBytes) + slot * region;
+  uint4* out = static_cast<uint4*>(a.out);
+  bool ok = true;
+  for (int64_t i = first; ok && i < a.packs; i += stride) {
+    uint4 v[W];
+#pragma unroll
+    for (int p = 0; p < W; ++p) {
+      if (p == a.rank) {
+        v[p] = push_remap(i == first ? v0 : __ldg(in + i));
+      } else if (ok) {
+        ok = push_receive(a, mine + p * region + i, p, v[p]);
+      }
+    }
+    if (!ok) break;
+    float acc[Pack<T>::N];
+#pragma unroll
+    for (int p = 0; p < W; ++p) Pack<T>::add(acc, v[p], p == 0);
+    out[i] = Pack<T>::pack(acc);
+  }
+  // The last block to finish counts the call (the next call's kernel starts after this one).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t done = atomicAdd(&a.self->push_done, 1u);
+    if (done == gridDim.x - 1) {
+      a.self->push_done = 0;
+      a.self->push_calls = s_call + 1;
+    }
+  }
+}
+
 template <typename T, int W>
 cudaError_t launch_typed(const LaunchArgs& a, cudaStream_t stream) {
   if (a.algo == Algo::kTwoShot) {
     two_shot_kernel<T, W><<<a.blocks, kThreads, 0, stream>>>(a);
+  } else if (a.algo == Algo::kPush) {
+    push_kernel<T, W><<<a.blocks, kThreads, 0, stream>>>(a);
   } else {
     one_shot_kernel<T, W><<<a.blocks, kThreads, 0, stream>>>(a);
   }

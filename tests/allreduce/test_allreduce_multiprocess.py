@@ -3,12 +3,14 @@
 with torch.multiprocessing (spawn), CUDA IPC between them.
 
 - One GPU per process, NCCL process group (world sizes 2, 4 and 8, each skipped without
-  enough GPUs): every dtype, 16 B to 64 MiB, eager and inside CUDA graphs (captured in
-  ``CustomAllreduce.capture()``, including a buffer allocated during capture), repeated calls
-  into a given ``out``, two communicators used alternately, and the fallbacks to NCCL (too
-  large, unsupported dtype, non-contiguous, after close). Reference: ``torch.distributed.all_reduce``
-  of an fp64 copy (and of the magnitudes, for the bound of ref_allreduce.py); results
-  all-gathered and compared bitwise across ranks.
+  enough GPUs): every dtype, 16 B to 64 MiB (auto's push, one-shot and two-shot), eager and
+  inside CUDA graphs (captured in ``CustomAllreduce.capture()``, including a buffer allocated
+  during capture), repeated calls into a given ``out``, 40 push calls queued back to back, two
+  communicators used alternately, and the fallbacks to NCCL (too large, unsupported dtype,
+  non-contiguous, after close). Reference: ``torch.distributed.all_reduce`` of an fp64 copy
+  (and of the magnitudes, for the bound of ref_allreduce.py); results all-gathered and
+  compared bitwise across ranks. A fallback's result must equal torch.distributed.all_reduce's
+  on a copy, bit for bit.
 - Two processes sharing one GPU (gloo process group; runs with a single GPU): a few calls up to
   1 MiB, eager and in a graph, against a reference every rank regenerates from the per-rank
   seeds. The two processes' kernels time-slice the GPU, so each call is slow.
@@ -112,6 +114,16 @@ def _check_with_dist(rank: int, world: int, x: torch.Tensor, out: torch.Tensor, 
     assert msg is None, f"rank {rank}, {what}: {msg}"
 
 
+def _check_fallback(rank: int, x: torch.Tensor, out: torch.Tensor, what: str) -> None:
+    """A fallback result is torch.distributed.all_reduce's own: bitwise equal to it on a copy
+    of ``x`` (NCCL adds fp16 / bf16 in their own precision, in its own order, so the custom
+    path's bound does not apply). Collective."""
+    ref = x.contiguous().clone()
+    dist.all_reduce(ref)
+    assert torch.equal(out.contiguous().view(torch.uint8), ref.view(torch.uint8)), (
+        f"rank {rank}, {what}: differs from torch.distributed.all_reduce")
+
+
 def _body_multi_gpu(rank: int, world: int, device, full_nvlink) -> None:
     comm = CustomAllreduce(max_size=MP_MAX_SIZE, full_nvlink=full_nvlink)
     small = None
@@ -144,6 +156,16 @@ def _body_multi_gpu(rank: int, world: int, device, full_nvlink) -> None:
             assert comm.all_reduce(x, out) is out
             _check_with_dist(rank, world, x, out, f"repeated call {i}")
 
+        # Back-to-back calls of push sizes with no check between them: a peer may run one
+        # call ahead, into the other slot of this rank's push region.
+        queued = []
+        for i in range(40):
+            x = _input(rank, 3000 + i, (4096, 48, (64 << 10) + 16, 16)[i % 4], torch.float16, device)
+            queued.append((x, comm.all_reduce(x)))
+        for i, (x, out) in enumerate(queued):
+            _check_with_dist(rank, world, x, out, f"back-to-back call {i}")
+        del queued
+
         # CUDA graphs: capture inside comm.capture(); a chain whose middle buffer is allocated
         # during capture; three replays on fresh data. Graphs and the buffers they read stay
         # alive while they may be replayed.
@@ -174,17 +196,17 @@ def _body_multi_gpu(rank: int, world: int, device, full_nvlink) -> None:
         # Fallbacks to torch.distributed (NCCL): too large for `small`, fp64, non-contiguous.
         x = _input(rank, 9000, 2 << 20, torch.float32, device)
         assert not small.should_custom_ar(x)
-        _check_with_dist(rank, world, x, small.all_reduce(x), "fallback: larger than max_size")
+        _check_fallback(rank, x, small.all_reduce(x), "fallback: larger than max_size")
         x = _input(rank, 9001, 4096, torch.float32, device).double()
         assert not comm.should_custom_ar(x)
-        _check_with_dist(rank, world, x, comm.all_reduce(x), "fallback: fp64")
+        _check_fallback(rank, x, comm.all_reduce(x), "fallback: fp64")
         x = _input(rank, 9002, 64 << 10, torch.bfloat16, device).view(128, 256).t()
         assert not comm.should_custom_ar(x)
-        _check_with_dist(rank, world, x.contiguous(), comm.all_reduce(x).contiguous(), "fallback: non-contiguous")
+        _check_fallback(rank, x, comm.all_reduce(x), "fallback: non-contiguous")
         small.close()
         x = _input(rank, 9003, 4096, torch.bfloat16, device)
         assert small.disabled and not small.should_custom_ar(x)
-        _check_with_dist(rank, world, x, small.all_reduce(x), "fallback: after close")
+        _check_fallback(rank, x, small.all_reduce(x), "fallback: after close")
     finally:
         if small is not None:
             small.close()

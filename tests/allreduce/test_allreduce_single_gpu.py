@@ -4,8 +4,9 @@ one process (tests/allreduce/emulate.py): each rank has its own signal buffer, s
 rank_data, handle and stream, and every collective is issued on all W streams before anything
 synchronises.
 
-Covered: every dtype, sizes from 16 B to 4 MiB + 48 (64 MiB at W = 2), the one-shot and
-two-shot algorithms forced and chosen automatically, against the fp64 sum with the bound of
+Covered: every dtype, sizes from 16 B to 4 MiB + 48 (64 MiB at W = 2), the push, one-shot
+and two-shot algorithms forced and chosen automatically (a forced push past its capacity runs
+one-shot), the push algorithm's edge words (0xffffffff, signed zeros) and its capacity, against the fp64 sum with the bound of
 ref_allreduce.py and bitwise-equal results on all ranks; outputs poisoned with NaN; inputs
 left unchanged; back-to-back calls without syncs (barrier flags reused), sizes, dtypes and
 algorithms interleaved, two communicators used alternately; inputs already in the staging
@@ -35,7 +36,7 @@ from tests.helpers import raises_op_error
 pytestmark = pytest.mark.gpu
 
 WORLDS = (2, 4, 6, 8)
-ALGOS = ("auto", "oneshot", "twoshot")
+ALGOS = ("auto", "push", "oneshot", "twoshot")
 SIZES = [16, 48, 4096, 4112, (32 << 10) + 16, 256 << 10, 1 << 20, (4 << 20) + 48]
 BIG = 64 << 20  # W = 2 only
 MAX_SIZE = 8 << 20
@@ -154,26 +155,28 @@ def _queue_then_check(world, plan, gen):
         _assert_ok(inputs, outputs, f"call {i}")
 
 
-# Both sides of auto's one-shot / two-shot switch (around 256-512 KiB at W >= 4).
-MIXED_SIZES = [16, (4 << 20) + 48, 4096, 1 << 20, 48, 512 << 10, (256 << 10) - 16, 4112, (2 << 20) + 16]
+# Both sides of auto's switches: push up to 256 KiB - 1 MiB (by W), one-shot / two-shot at
+# 256 KiB - 1 MiB at W >= 4.
+MIXED_SIZES = [16, (4 << 20) + 48, 4096, 1 << 20, 48, 512 << 10, (256 << 10) - 16, 4112, (2 << 20) + 16,
+               (512 << 10) + 16, (256 << 10) + 16, (1 << 20) + 16]
 
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_interleaved_sizes_dtypes_algorithms(world, gen):
-    """Three handles per rank (auto, oneshot, twoshot) on the ranks' shared streams; sizes
-    across auto's switch, every dtype, the staging copy and in-place registered inputs,
-    interleaved over three rounds without syncs."""
+    """Four handles per rank (auto, oneshot, twoshot, push) on the ranks' shared streams;
+    sizes across auto's switches, every dtype, the staging copy and in-place registered
+    inputs, interleaved over four rounds without syncs."""
     base = EmulatedGroup(world, MAX_SIZE, env=emulation_env("auto"))
     others = []
     try:
-        for algo in ("oneshot", "twoshot"):
+        for algo in ("oneshot", "twoshot", "push"):
             others.append(EmulatedGroup(world, MAX_SIZE, env=emulation_env(algo), streams=base.streams))
         comms = [base] + others
         calls = []
-        for rnd in range(3):
+        for rnd in range(4):
             for i, nbytes in enumerate(MIXED_SIZES):
-                # over the rounds every size meets every handle set and every dtype
-                g = (i + rnd) % 3
+                # over the rounds every size meets every handle set and (nearly) every dtype
+                g = (i + rnd) % 4
                 dtype = DTYPES[(i + 2 * rnd) % 3]
                 group = comms[g]
                 inputs = random_inputs(world, numel_of(nbytes, dtype), dtype, gen)
@@ -222,6 +225,68 @@ def test_empty_is_noop(groups, gen):
     sgl_kernel.all_reduce(group.handles[0], x, out, 0, 0)
     torch.cuda.synchronize()
     _assert_group_works(group, gen)
+
+
+# ---------------------------------------------------------------------------------------
+# The push algorithm's encoding and capacity
+
+
+def _push_capacity(world: int) -> int:
+    """Largest push message at ``world`` ranks (custom_ar.h push_capacity)."""
+    return (4 << 20) // (2 * world) // 256 * 256
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_DTYPE_IDS.get)
+@pytest.mark.parametrize("world", (2, 4))
+def test_push_edge_words(world, dtype, gen):
+    """The push encoding loses nothing: the 32-bit word 0xffffffff (a NaN pattern in every
+    dtype) still sums to NaN, zeros of both signs and all-zero words arrive as numbers, and
+    the other elements of the same packs are exact; repeated calls (the region zeroed after
+    each) stay in step."""
+    with EmulatedGroup(world, 1 << 20, env=emulation_env("push")) as group:
+        for rep in range(3):
+            n = numel_of(4096, dtype)
+            inputs = random_inputs(world, n, dtype, gen)
+            words = [x.view(torch.int32) for x in inputs]
+            words[0][0] = -1            # 0xffffffff: NaN (fp32) / two NaNs (fp16, bf16)
+            for w in words:
+                w[8:16] = 0  # all-zero words
+                w[16:24] = torch.iinfo(torch.int32).min  # 0x80000000: -0.0 (fp32), +0 and -0 (fp16, bf16)
+            outputs = poisoned_like(inputs)
+            group.all_reduce(inputs, outputs)
+            torch.cuda.synchronize()
+            ref = sum(x.double() for x in inputs)
+            for r, out in enumerate(outputs):
+                nan = torch.isnan(out)
+                per_word = 4 // out.element_size()
+                assert bool(nan[:per_word].all()), f"rank {r}: the 0xffffffff word lost its NaN"
+                assert not bool(nan[~torch.isnan(ref)].any()), f"rank {r}: NaN outside the 0xffffffff word"
+                assert bool((out[8 * per_word: 24 * per_word] == 0).all()), f"rank {r}: zero words did not sum to zero"
+                assert torch.equal(outputs[0].view(torch.uint8), out.view(torch.uint8)), f"rank {r} differs from rank 0"
+            rest = ~torch.isnan(ref)
+            _assert_ok([x[rest] for x in inputs], [o[rest] for o in outputs], f"rep {rep}, the other elements")
+
+
+@pytest.mark.parametrize("world", (2, 4, 8))
+def test_push_capacity(world, gen):
+    """Forced push at its capacity, one pack past it (one-shot), and back: all correct."""
+    cap = _push_capacity(world)
+    with EmulatedGroup(world, 2 << 20, env=emulation_env("push")) as group:
+        plan = [(group, n, torch.bfloat16) for n in (cap, cap + 16, 16, cap - 16, cap + 16, cap)]
+        _queue_then_check(world, plan, gen)
+
+
+@pytest.mark.parametrize("world", (2, 4))
+def test_push_out_is_inp(world, gen):
+    """Eager calls with out == inp (through the staging buffer): push reads each pack before
+    it stores the sum there; one-shot sizes copy to the staging buffer first."""
+    with EmulatedGroup(world, 4 << 20, env=emulation_env()) as group:
+        for nbytes in (4096, 64 << 10, 2 << 20):
+            inputs = random_inputs(world, numel_of(nbytes, torch.float16), torch.float16, gen)
+            originals = [x.clone() for x in inputs]
+            group.all_reduce(inputs, inputs)
+            torch.cuda.synchronize()
+            _assert_ok(originals, inputs, f"{nbytes} B in place")
 
 
 # ---------------------------------------------------------------------------------------
