@@ -150,11 +150,13 @@ void Comm::check_healthy(const char* op) const {
     fail(op, "an earlier all_reduce on this handle timed out: rank ", rank, " waited more than ",
          timeout_ns_ / 1000000, " ms (SGL_KERNEL_AR_TIMEOUT_MS) for rank ", peer, " at the ", barrier_name(barrier),
          " barrier; its output was not computed and the ranks' flags are out of step, so this handle is "
-         "unusable: dispose it and create a new one (and find out why that rank did not call all_reduce)");
+         "unusable: dispose it and create a new one on freshly zeroed signal buffers (peers may have left "
+         "data in this one), and find out why that rank did not call all_reduce");
   }
   fail(op, "a CUDA graph replayed an all_reduce whose input was recorded during capture but never registered "
            "(call get_graph_buffer_ipc_meta and register_graph_buffers on every rank after capture, before "
-           "replay); its output was not computed and this handle is unusable: dispose it and create a new one");
+           "replay); its output was not computed and this handle is unusable: dispose it and create a new one "
+           "on freshly zeroed signal buffers");
 }
 
 RankPtrs* Comm::alloc_slot(const char* op) {

@@ -19,8 +19,10 @@ communicator that does all of the above from a ``torch.distributed`` process gro
 Environment variables, read by :func:`init_custom_ar` (set them before creating a handle):
 
 - ``SGL_KERNEL_AR_TIMEOUT_MS`` (default 60000; 0 waits forever): how long a kernel block
-  waits for a peer at a barrier before giving up. A timed-out handle is unusable: every
-  later :func:`all_reduce` on it raises a ``RuntimeError`` that says "timed out".
+  waits for a peer at a barrier (or for a peer's pushed data) before giving up. A timed-out
+  handle is unusable: every later :func:`all_reduce` on it raises a ``RuntimeError`` that
+  says "timed out". Dispose it; a new handle needs freshly zeroed signal buffers (peers may
+  have left data in the old ones).
 - ``SGL_KERNEL_AR_MAX_BLOCKS`` (default 36, 1..64): CUDA blocks per all-reduce kernel.
 - ``SGL_KERNEL_AR_ALGO``: ``auto`` (default), ``push``, ``oneshot`` or ``twoshot``.
 
