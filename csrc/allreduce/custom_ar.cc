@@ -118,8 +118,10 @@ Comm::Comm(int device, const std::vector<int64_t>& signals, void* rank_data, int
   timeout_ns_ = static_cast<uint64_t>(env_int("SGL_KERNEL_AR_TIMEOUT_MS", 60000, 0, int64_t{1} << 40)) * 1000000ull;
   max_blocks_ = static_cast<int>(env_int("SGL_KERNEL_AR_MAX_BLOCKS", kDefaultBlocks, 1, kMaxBlocks));
   algo_ = env_algo();
-  // auto's switch points, from bench_allreduce.py --algos (session 30, 2 and 4 H100s over
-  // NVLink; 6 and 8 ranks not measured).
+  // auto's switch points, from bench_allreduce.py --algos (session 30, 2 and 4 GPUs of 4-GPU
+  // H100 and H200 hosts over NVLink; 6 and 8 ranks not measured). Push beat one-shot at its
+  // capacity at both sizes (2 ranks, 1 MiB: 7.1 against 10.3 us; 4 ranks, 512 KiB: 9.8
+  // against 11.4, H200); at 4 ranks two-shot ties one-shot at 1 MiB and wins above.
   push_max_bytes_ = push_capacity(world_);
   two_shot_min_bytes_ = world_ <= 4 ? (int64_t{1} << 20) : (int64_t{256} << 10);
   cuda_ok(op, cudaMemset(rank_data_, 0, static_cast<size_t>(slots_) * sizeof(RankPtrs)), "zeroing rank_data");

@@ -23,7 +23,8 @@ Environment variables, read by :func:`init_custom_ar` (set them before creating 
   handle is unusable: every later :func:`all_reduce` on it raises a ``RuntimeError`` that
   says "timed out". Dispose it; a new handle needs freshly zeroed signal buffers (peers may
   have left data in the old ones).
-- ``SGL_KERNEL_AR_MAX_BLOCKS`` (default 36, 1..64): CUDA blocks per all-reduce kernel.
+- ``SGL_KERNEL_AR_MAX_BLOCKS`` (default 64, 1..64): CUDA blocks per all-reduce kernel (at most;
+  a message uses one block per 8 KiB, or per 8 KiB of its share at two-shot).
 - ``SGL_KERNEL_AR_ALGO``: ``auto`` (default), ``push``, ``oneshot`` or ``twoshot``.
 
   - ``push``: every rank stores its input into each peer's header, where the data is its
