@@ -14,6 +14,9 @@ with torch.multiprocessing (spawn), CUDA IPC between them.
 - Two processes sharing one GPU (gloo process group; runs with a single GPU): a few calls up to
   1 MiB, eager and in a graph, against a reference every rank regenerates from the per-rank
   seeds. The two processes' kernels time-slice the GPU, so each call is slow.
+- 6 and 8 processes on 3 and 4 GPUs, two a GPU (gloo, as above): every algorithm forced and
+  auto, eager and in a graph; the 6- and 8-rank kernels across real processes where no 6- or
+  8-GPU machine is at hand (not NVLink timings).
 
 A child's exception fails the test with the child's traceback; a hang fails it after a timeout
 (the children are then terminated).
@@ -29,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sgl_kernel.allreduce import CustomAllreduce
+from sgl_kernel.allreduce import CustomAllreduce, _scoped_env
 from tests.allreduce.emulate import numel_of, stop_processes
 from tests.allreduce.ref_allreduce import DTYPES, check_bitwise_equal, check_sum, reference
 
@@ -47,10 +50,10 @@ CAPTURE_MODE = "thread_local"
 # Process plumbing
 
 
-def _child(rank, world, init_file, backend, shared_gpu, env, body, args):
+def _child(rank, world, init_file, backend, gpus, env, body, args):
     os.environ.update(env)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    device = torch.device("cuda", 0 if shared_gpu else rank)
+    device = torch.device("cuda", rank % gpus if gpus else rank)
     torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
@@ -60,13 +63,14 @@ def _child(rank, world, init_file, backend, shared_gpu, env, body, args):
         dist.destroy_process_group()
 
 
-def _spawn(body, world: int, tmp_path, *, backend: str = "nccl", shared_gpu: bool = False, env=None, args=(),
+def _spawn(body, world: int, tmp_path, *, backend: str = "nccl", gpus: int = 0, env=None, args=(),
            timeout_s: float = 300.0) -> None:
-    """Run ``body(rank, world, device, *args)`` in ``world`` spawned processes; re-raise a
-    child's failure; fail the test when they have not all finished within ``timeout_s``."""
+    """Run ``body(rank, world, device, *args)`` in ``world`` spawned processes, rank r on
+    cuda:r (``gpus`` 0) or cuda:(r % gpus); re-raise a child's failure; fail the test when they
+    have not all finished within ``timeout_s``."""
     ctx = mp.start_processes(
         _child,
-        args=(world, str(tmp_path / "pg_init"), backend, shared_gpu, dict(env or {}), body, tuple(args)),
+        args=(world, str(tmp_path / "pg_init"), backend, gpus, dict(env or {}), body, tuple(args)),
         nprocs=world,
         join=False,
         start_method="spawn",
@@ -288,5 +292,59 @@ def test_two_processes_one_gpu(tmp_path):
     """Two ranks on cuda:0 in two processes (CUDA IPC within one device)."""
     if torch.cuda.device_count() < 1:
         pytest.skip("needs a GPU")
-    _spawn(_body_shared_gpu, 2, tmp_path, backend="gloo", shared_gpu=True,
+    _spawn(_body_shared_gpu, 2, tmp_path, backend="gloo", gpus=1,
+           env={"SGL_KERNEL_AR_TIMEOUT_MS": "60000"}, timeout_s=300.0)
+
+
+# ---------------------------------------------------------------------------------------
+# 6 and 8 ranks on half as many GPUs (gloo): the 6- and 8-rank kernels across processes
+
+OVERSUBSCRIBED_CASES = [
+    (torch.bfloat16, 4096),
+    (torch.float32, 48),
+    (torch.float16, (256 << 10) + 16),
+    (torch.bfloat16, (1 << 20) + 48),
+]
+
+
+def _body_oversubscribed(rank: int, world: int, device) -> None:
+    """Every algorithm (auto, push, one-shot, two-shot) on push, one-shot and two-shot sizes,
+    eager and in a graph. Two ranks share each GPU, so their kernels time-slice: slow, but
+    it is the 6- and 8-rank flag, push and scratch layout across real processes."""
+    comms = {}
+    try:
+        for algo in ("auto", "push", "oneshot", "twoshot"):
+            with _scoped_env({"SGL_KERNEL_AR_ALGO": algo}):
+                comms[algo] = CustomAllreduce(max_size=2 << 20, full_nvlink=True, nccl_above_bytes=1 << 40)
+            assert not comms[algo].disabled, f"rank {rank}: {algo} disabled: {comms[algo].reason}"
+        case = 0
+        for algo, comm in comms.items():
+            for dtype, nbytes in OVERSUBSCRIBED_CASES:
+                case += 1
+                x = _cpu_input(rank, case, nbytes, dtype).to(device)
+                _check_shared(rank, world, case, comm.all_reduce(x), f"{algo}, eager {nbytes} B {dtype}")
+        comm = comms["auto"]
+        dtype, nbytes = torch.float16, (512 << 10) + 16
+        x = torch.empty(numel_of(nbytes, dtype), dtype=dtype, device=device)
+        graph = torch.cuda.CUDAGraph()
+        with comm.capture():
+            with torch.cuda.graph(graph, capture_error_mode=CAPTURE_MODE):
+                y = comm.all_reduce(x)
+        for rep in range(2):
+            case += 1
+            x.copy_(_cpu_input(rank, case, nbytes, dtype))
+            y.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            _check_shared(rank, world, case, y, f"graph replay {rep}")
+    finally:
+        for comm in comms.values():
+            comm.close()
+
+
+@pytest.mark.parametrize("world", [6, 8])
+def test_ranks_sharing_gpus(world, tmp_path):
+    """``world`` ranks in ``world`` processes on ``world / 2`` GPUs, two ranks a GPU."""
+    _need_gpus(world // 2)
+    _spawn(_body_oversubscribed, world, tmp_path, backend="gloo", gpus=world // 2,
            env={"SGL_KERNEL_AR_TIMEOUT_MS": "60000"}, timeout_s=300.0)
