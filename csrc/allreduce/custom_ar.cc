@@ -248,8 +248,10 @@ void Comm::all_reduce(cudaStream_t stream, Dtype dtype, const void* inp, void* o
     }
   }
   // The peers read a registered input until the end barrier; writing the result over it
-  // would race. (With reg_buffer == 0 this holds for every algorithm: one contract.)
-  if (overlaps(reinterpret_cast<uintptr_t>(input)) && !(algo == Algo::kPush && reg_buffer != nullptr && p0 == o0)) {
+  // would race. (With reg_buffer == 0 this holds for every algorithm: one contract.) Push
+  // with a staging buffer reads inp itself, which out can only equal (see above).
+  const bool reads_in_place = algo == Algo::kPush && reg_buffer != nullptr;
+  if (!reads_in_place && overlaps(reinterpret_cast<uintptr_t>(input))) {
     fail(op, "out overlaps the registered input buffer that the peers read (",
          reg_buffer != nullptr ? "reg_buffer" : "inp", "); use a separate output tensor");
   }

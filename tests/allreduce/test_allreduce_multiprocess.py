@@ -261,6 +261,23 @@ def _check_shared(rank: int, world: int, case: int, out: torch.Tensor, what: str
     assert msg is None, f"rank {rank}, {what}: {msg}"
 
 
+def _check_shared_graph(comm, rank: int, world: int, device, first_case: int, dtype: torch.dtype, nbytes: int) -> None:
+    """One all_reduce captured in a CUDA graph (inside ``comm.capture()``), replayed twice on
+    the regenerated inputs of cases ``first_case`` and ``first_case + 1`` into a poisoned
+    output, each checked with :func:`_check_shared`."""
+    x = torch.empty(numel_of(nbytes, dtype), dtype=dtype, device=device)
+    graph = torch.cuda.CUDAGraph()
+    with comm.capture():
+        with torch.cuda.graph(graph, capture_error_mode=CAPTURE_MODE):
+            y = comm.all_reduce(x)
+    for rep in range(2):
+        x.copy_(_cpu_input(rank, first_case + rep, nbytes, dtype))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_shared(rank, world, first_case + rep, y, f"graph replay {rep}")
+
+
 def _body_shared_gpu(rank: int, world: int, device) -> None:
     # gloo cannot reduce CUDA tensors: nothing may fall back
     comm = CustomAllreduce(max_size=1 << 20, nccl_above_bytes=1 << 40)
@@ -271,19 +288,7 @@ def _body_shared_gpu(rank: int, world: int, device) -> None:
             assert comm.should_custom_ar(x)
             _check_shared(rank, world, case, comm.all_reduce(x), f"eager {nbytes} B {dtype}")
 
-        case = len(SHARED_CASES)
-        dtype, nbytes = torch.bfloat16, (64 << 10) + 16
-        x = torch.empty(numel_of(nbytes, dtype), dtype=dtype, device=device)
-        graph = torch.cuda.CUDAGraph()
-        with comm.capture():
-            with torch.cuda.graph(graph, capture_error_mode=CAPTURE_MODE):
-                y = comm.all_reduce(x)
-        for rep in range(2):
-            x.copy_(_cpu_input(rank, case + rep, nbytes, dtype))
-            y.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            _check_shared(rank, world, case + rep, y, f"graph replay {rep}")
+        _check_shared_graph(comm, rank, world, device, len(SHARED_CASES), torch.bfloat16, (64 << 10) + 16)
     finally:
         comm.close()
 
@@ -323,20 +328,7 @@ def _body_oversubscribed(rank: int, world: int, device) -> None:
                 case += 1
                 x = _cpu_input(rank, case, nbytes, dtype).to(device)
                 _check_shared(rank, world, case, comm.all_reduce(x), f"{algo}, eager {nbytes} B {dtype}")
-        comm = comms["auto"]
-        dtype, nbytes = torch.float16, (512 << 10) + 16
-        x = torch.empty(numel_of(nbytes, dtype), dtype=dtype, device=device)
-        graph = torch.cuda.CUDAGraph()
-        with comm.capture():
-            with torch.cuda.graph(graph, capture_error_mode=CAPTURE_MODE):
-                y = comm.all_reduce(x)
-        for rep in range(2):
-            case += 1
-            x.copy_(_cpu_input(rank, case, nbytes, dtype))
-            y.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            _check_shared(rank, world, case, y, f"graph replay {rep}")
+        _check_shared_graph(comms["auto"], rank, world, device, case + 1, torch.float16, (512 << 10) + 16)
     finally:
         for comm in comms.values():
             comm.close()
