@@ -13,7 +13,7 @@ on a zero tensor), the graph is replayed R times between CUDA events, and the ti
 replay / 20, the slowest rank's. Bus bandwidth = bytes * 2 * (W - 1) / W / time (the NCCL-tests
 convention). The summary gives the crossover: the smallest size from which NCCL is faster at
 every larger size. ``--algos`` adds rows with the algorithm forced (SGL_KERNEL_AR_ALGO=push /
-oneshot / twoshot; a forced push above its capacity, 1 MiB at 2 ranks and 512 KiB at 4, runs
+oneshot / twoshot; a forced push above its capacity, 4 MiB at 2 ranks and 2 MiB at 4, runs
 one-shot). Every custom row is checked once, eagerly, against the fp64 sum (tests/allreduce/
 ref_allreduce.py).
 

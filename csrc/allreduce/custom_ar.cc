@@ -118,11 +118,15 @@ Comm::Comm(int device, const std::vector<int64_t>& signals, void* rank_data, int
   timeout_ns_ = static_cast<uint64_t>(env_int("SGL_KERNEL_AR_TIMEOUT_MS", 60000, 0, int64_t{1} << 40)) * 1000000ull;
   max_blocks_ = static_cast<int>(env_int("SGL_KERNEL_AR_MAX_BLOCKS", kDefaultBlocks, 1, kMaxBlocks));
   algo_ = env_algo();
-  // auto's switch points, from bench_allreduce.py --algos (session 30, 2 and 4 GPUs of 4-GPU
-  // H100 and H200 hosts over NVLink; 6 and 8 ranks not measured). Push beat one-shot at its
-  // capacity at both sizes (2 ranks, 1 MiB: 7.1 against 10.3 us; 4 ranks, 512 KiB: 9.8
-  // against 11.4, H200); at 4 ranks two-shot ties one-shot at 1 MiB and wins above.
-  push_max_bytes_ = push_capacity(world_);
+  // auto's switch points, from bench_allreduce.py --algos (sessions 30 and 31, 2 and 4 GPUs of
+  // 4-GPU H100 and H200 hosts over NVLink; 6 and 8 ranks not measured). 2 ranks: push up to its
+  // capacity (4 MiB: 18.0 against one-shot's 19.4 us; 2 MiB 10.0 against 12.9), then one-shot.
+  // 4 ranks: push up to 1 MiB (14.7 against two-shot's 15.8), two-shot above (1.5 MiB 18.2
+  // against push's 19.6). 6 and 8 ranks: push up to the session-30 capacities (a 4 MiB
+  // region), two-shot from 256 KiB.
+  push_max_bytes_ = world_ == 2   ? push_capacity(2)
+                    : world_ == 4 ? (int64_t{1} << 20)
+                                  : (int64_t{4} << 20) / (2 * world_) / 256 * 256;
   two_shot_min_bytes_ = world_ <= 4 ? (int64_t{1} << 20) : (int64_t{256} << 10);
   cuda_ok(op, cudaMemset(rank_data_, 0, static_cast<size_t>(slots_) * sizeof(RankPtrs)), "zeroing rank_data");
   void* host = nullptr;

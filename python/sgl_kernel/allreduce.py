@@ -3,7 +3,7 @@
 (peer-mapped) buffers, for 2, 4, 6 or 8 ranks.
 
 Every rank owns a *signal buffer* of ``meta_size() + max_size`` bytes (zeroed before
-:func:`init_custom_ar`): its first ``meta_size()`` bytes (about 4 MiB) hold the barrier
+:func:`init_custom_ar`): its first ``meta_size()`` bytes (16 MiB + 6.5 KiB) hold the barrier
 flags and the region into which peers push small messages; the rest is the scratch the
 two-shot algorithm writes (up to ``ceil(bytes / world) + 16`` bytes per rank). Each rank maps every peer's signal buffer into its own address space and passes the
 ``world`` addresses to :func:`init_custom_ar`, which returns an opaque handle ``fa``. An
@@ -28,15 +28,16 @@ Environment variables, read by :func:`init_custom_ar` (set them before creating 
 - ``SGL_KERNEL_AR_ALGO``: ``auto`` (default), ``push``, ``oneshot`` or ``twoshot``.
 
   - ``push``: every rank stores its input into each peer's header, where the data is its
-    own arrival flag (no barrier): one trip over the links. Up to 1 MiB at 2 ranks,
-    512 KiB at 4, 341.25 KiB at 6, 256 KiB at 8 (larger messages take one-shot when forced).
+    own arrival flag (no barrier): one trip over the links. Up to 4 MiB at 2 ranks,
+    2 MiB at 4, 1365.25 KiB at 6, 1 MiB at 8 (larger messages take one-shot when forced).
     The 32-bit word 0xffffffff, a NaN in every dtype (two NaNs for fp16 / bf16), is summed
     as 0x7fffffff, another NaN: results are the same numbers as the other algorithms'.
   - ``oneshot``: a barrier, every rank reads the whole message from every peer, a barrier.
   - ``twoshot``: reduce-scatter then all-gather through the peers' scratch; each rank reads
     2 (W - 1) / W of the message instead of W - 1 times it.
-  - ``auto``: push where it fits; above that one-shot at 2 ranks (or without full NVLink),
-    two-shot from 1 MiB at 4 ranks and from 256 KiB at 6 and 8.
+  - ``auto``: push up to 4 MiB at 2 ranks, 1 MiB at 4, 341.25 KiB at 6 and 256 KiB at 8;
+    above that one-shot at 2 ranks (or without full NVLink), two-shot at 4 ranks and from
+    256 KiB at 6 and 8.
 """
 
 from __future__ import annotations

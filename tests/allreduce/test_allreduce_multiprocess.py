@@ -38,7 +38,8 @@ from tests.allreduce.ref_allreduce import DTYPES, check_bitwise_equal, check_sum
 
 pytestmark = pytest.mark.gpu
 
-MP_SIZES = [16, 48, 4096, 4112, (32 << 10) + 16, 256 << 10, 1 << 20, (4 << 20) + 48, 16 << 20, 64 << 20]
+MP_SIZES = [16, 48, 4096, 4112, (32 << 10) + 16, 256 << 10, 1 << 20, (2 << 20) + 16, (4 << 20) - 16, (4 << 20) + 48,
+            16 << 20, 64 << 20]
 MP_MAX_SIZE = 64 << 20
 GRAPH_CASES = [(torch.bfloat16, 4096), (torch.float16, (256 << 10) + 16), (torch.float32, (4 << 20) + 48)]
 # Unsafe CUDA calls are refused in the capturing thread (where the all_reduce op runs), not in

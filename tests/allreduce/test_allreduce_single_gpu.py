@@ -232,8 +232,10 @@ def test_empty_is_noop(groups, gen):
 
 
 def _push_capacity(world: int) -> int:
-    """Largest push message at ``world`` ranks (custom_ar.h push_capacity)."""
-    return (4 << 20) // (2 * world) // 256 * 256
+    """Largest push message at ``world`` ranks (custom_ar.h push_capacity): the header is the
+    push region, a whole number of MiB, plus the flags (under 1 MiB)."""
+    region = sgl_kernel.meta_size() >> 20 << 20
+    return region // (2 * world) // 256 * 256
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_DTYPE_IDS.get)
@@ -271,7 +273,7 @@ def test_push_edge_words(world, dtype, gen):
 def test_push_capacity(world, gen):
     """Forced push at its capacity, one pack past it (one-shot), and back: all correct."""
     cap = _push_capacity(world)
-    with EmulatedGroup(world, 2 << 20, env=emulation_env("push")) as group:
+    with EmulatedGroup(world, cap + (1 << 20), env=emulation_env("push")) as group:
         plan = [(group, n, torch.bfloat16) for n in (cap, cap + 16, 16, cap - 16, cap + 16, cap)]
         _queue_then_check(world, plan, gen)
 
