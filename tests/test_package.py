@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -411,6 +412,28 @@ def test_pdl_and_hopper_helpers():
     expected = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
     assert sgl_kernel.is_arch_support_pdl() is expected
     assert sgl_kernel.is_hopper_or_later_arch() is expected
+    assert callable(sgl_kernel.is_arch_support_pdl.cache_clear)  # still an lru_cache
+
+
+def test_pdl_helpers_under_torch_compile():
+    """The helpers and the enable_pdl=None rule traced by Dynamo (fullgraph): the same
+    answers as eager, and no warning about tracing through their cache (every op with
+    enable_pdl=None calls one)."""
+    from sgl_kernel.utils import _resolve_pdl
+
+    def fn(x):
+        pdl = _resolve_pdl(None)
+        hopper = sgl_kernel.is_hopper_or_later_arch()
+        return x + (1 if pdl else 2) + (10 if hopper else 20)
+
+    expected = fn(torch.zeros(3))
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(fn, fullgraph=True, backend="eager")(torch.zeros(3))
+    assert torch.equal(got, expected)
+    cache_warnings = [str(w.message) for w in caught if "lru_cache" in str(w.message)]
+    assert not cache_warnings, cache_warnings
 
 
 @pytest.mark.gpu

@@ -18,19 +18,33 @@ __all__ = [
 
 
 @functools.lru_cache(maxsize=1)
+def _sm90_or_newer() -> bool:
+    if torch.version.cuda is None or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
+def _cached_constant(fn):
+    """Expose the cache of ``_sm90_or_newer`` (``cache_clear``, ``cache_info``) on ``fn`` and
+    mark ``fn`` constant for torch.compile: Dynamo calls it once while tracing and keeps the
+    answer. (Dynamo traced through an ``lru_cache`` wrapper itself, warning once per call site,
+    in every model that compiled an op with ``enable_pdl=None``.)"""
+    fn.cache_clear = _sm90_or_newer.cache_clear
+    fn.cache_info = _sm90_or_newer.cache_info
+    return torch.compiler.assume_constant_result(fn)
+
+
+@_cached_constant
 def is_arch_support_pdl() -> bool:
-    """Whether programmatic dependent launch is available: a CUDA device of sm90 or newer."""
-    if torch.version.cuda is None or not torch.cuda.is_available():
-        return False
-    return torch.cuda.get_device_capability()[0] >= 9
+    """Whether programmatic dependent launch is available: a CUDA device of sm90 or newer
+    (cached)."""
+    return _sm90_or_newer()
 
 
-@functools.lru_cache(maxsize=1)
+@_cached_constant
 def is_hopper_or_later_arch() -> bool:
-    """Whether the current CUDA device is Hopper (sm90) or newer."""
-    if torch.version.cuda is None or not torch.cuda.is_available():
-        return False
-    return torch.cuda.get_device_capability()[0] >= 9
+    """Whether the current CUDA device is Hopper (sm90) or newer (cached)."""
+    return _sm90_or_newer()
 
 
 def get_cuda_stream() -> int:
