@@ -100,3 +100,32 @@ def fake_extent(shape, dtype, offset_bytes: int = 0):
     assert t.shape == tuple(shape) and t.dtype == dtype and t.is_contiguous()
     assert t.data_ptr() == backing.data_ptr() + offset_bytes
     return t
+
+
+def random_bit_pairs(shape, dtype, gen):
+    """Two CUDA tensors of a 16-bit dtype holding uniformly random bit patterns (every exponent,
+    subnormals, both infinities, NaNs); in half the positions the second one takes the first's
+    exponent, so that sums of like magnitude (rounding ties, cancellation) are common too."""
+    import torch
+
+    exp_mask = {torch.bfloat16: 0x7F80, torch.float16: 0x7C00}[dtype]
+    a, b = (torch.randint(0, 2**16, shape, dtype=torch.int32, device="cuda", generator=gen) for _ in range(2))
+    like = torch.randint(0, 2, shape, dtype=torch.bool, device="cuda", generator=gen)
+    b = torch.where(like, (b & ~exp_mask) | (a & exp_mask), b)
+    return tuple(((t ^ 0x8000) - 0x8000).to(torch.int16).view(dtype) for t in (a, b))
+
+
+def assert_rounded_sum_bits(got, a, b) -> None:
+    """``got`` holds ``a + b`` computed in fp32 and rounded once to its dtype, bit for bit;
+    a NaN wherever that is NaN (the payload is not part of the contract)."""
+    import torch
+
+    ref = (a.float() + b.float()).to(got.dtype)
+    nan = torch.isnan(ref)
+    assert torch.equal(torch.isnan(got), nan), "a NaN where the sum is not, or a number where it is NaN"
+    ints = {2: torch.int16, 4: torch.int32}[got.element_size()]
+    bad = (got.contiguous().view(ints) != ref.view(ints)) & ~nan
+    assert not bool(bad.any()), (
+        f"{int(bad.sum())} sums differ; first: {a[bad][:3].tolist()} + {b[bad][:3].tolist()} -> "
+        f"{got[bad][:3].tolist()}, expected {ref[bad][:3].tolist()}"
+    )

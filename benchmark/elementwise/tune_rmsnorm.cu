@@ -45,6 +45,9 @@
 // "dx eEkK early|mid" (session 20) = norm.cu's rmsnorm_decode_kernel with E elements a lane
 // load (8: 16-byte pieces of bf16) and K chunks a warp, PDL trigger right after the wait or once
 // the loads are issued.
+// "acc4" (session 32) = four partial sums of squares instead of one chain; "hadd" = the fused
+// sum as one add.rn.bf16x2 a word (production's Words<T>::add since session 32); "diag ...
+// nomath" = DIAGNOSTIC (wrong output): the same loads, barrier and stores without arithmetic.
 // "2p tN uU hK" = norm.cu's rmsnorm_twopass_kernel (torch.compile's looped-reduction shape): N
 // threads a row, U vectors a thread a chunk, K = its cache-hint mode (see there).
 // "ind tN cC xB" (plain op only, rows of exactly C chunks) = torch.compile's kernel for bf16
@@ -103,13 +106,16 @@ struct Opt {
   bool early_pdl = false;        // griddepcontrol.launch_dependents right after the wait
   bool early_res = true;         // fused: store the residual as soon as the sum is formed
   bool rt_check = false;         // bounds-check every vector even when the row fits exactly
+  int math = 0;                  // 0 production's arithmetic; 1 DIAGNOSTIC none (raw copies, wrong
+                                 // output); 2 four partial sums of squares; 3 as 2, the fused sum
+                                 // as one bf16x2 add (add.rn.bf16x2: the same bits) (session 32)
 };
 
 // Kernels take the options packed in one integer: nvcc's host stubs cannot spell a
 // class-type template argument of a kernel.
 __host__ __device__ constexpr uint64_t pack(const Opt& o) {
   return uint64_t(o.vpt) | uint64_t(o.rows) << 8 | uint64_t(o.block) << 16 | uint64_t(o.w) << 28 |
-         uint64_t(o.ahead) << 32 | uint64_t(o.persist) << 40 | uint64_t(o.max_regs) << 41 |
+         uint64_t(o.ahead) << 32 | uint64_t(o.math) << 36 | uint64_t(o.persist) << 40 | uint64_t(o.max_regs) << 41 |
          uint64_t(o.load) << 49 | uint64_t(o.store) << 53 | uint64_t(o.vec_bytes) << 55 |
          uint64_t(o.early_pdl) << 61 | uint64_t(o.early_res) << 62 | uint64_t(o.rt_check) << 63;
 }
@@ -119,7 +125,8 @@ __host__ __device__ constexpr Opt unpack(uint64_t k) {
   o.rows = int(k >> 8 & 0xff);
   o.block = int(k >> 16 & 0xfff);
   o.w = WMode(k >> 28 & 0xf);
-  o.ahead = int(k >> 32 & 0xff);
+  o.ahead = int(k >> 32 & 0xf);
+  o.math = int(k >> 36 & 0xf);
   o.persist = (k >> 40 & 1) != 0;
   o.max_regs = int(k >> 41 & 0xff);
   o.load = LP(k >> 49 & 0xf);
@@ -321,11 +328,13 @@ __global__ void __launch_bounds__(Shape<kOpt, kThreads, kVpt>::kBlock) __maxnreg
       }
     }
 
-    // Sum (rounded to bf16, as the stored residual) and sum of squares, in production's order.
+    // Sum (rounded to bf16, as the stored residual) and sum of squares, in production's order
+    // (math 2 / 3: four partial sums, added at the end).
     float ss[kRows];
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
       ss[j] = 0.f;
+      float part[4] = {0.f, 0.f, 0.f, 0.f};
       if (ok[j]) {
 #pragma unroll
         for (int k = 0; k < kVpt; ++k) {
@@ -333,20 +342,36 @@ __global__ void __launch_bounds__(Shape<kOpt, kThreads, kVpt>::kBlock) __maxnreg
             if constexpr (kFused) {
 #pragma unroll
               for (int q = 0; q < kN; ++q) {
-                x[j][k].w[q] = pack_bf16(lo_f(x[j][k].w[q]) + lo_f(r[j][k].w[q]),
-                                         hi_f(x[j][k].w[q]) + hi_f(r[j][k].w[q]));
+                if constexpr (O.math == 3) {
+                  uint32_t d;
+                  asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x[j][k].w[q]), "r"(r[j][k].w[q]));
+                  x[j][k].w[q] = d;
+                } else if constexpr (O.math != 1) {
+                  x[j][k].w[q] = pack_bf16(lo_f(x[j][k].w[q]) + lo_f(r[j][k].w[q]),
+                                           hi_f(x[j][k].w[q]) + hi_f(r[j][k].w[q]));
+                }
               }
               if constexpr (O.early_res) stw<kN, O.store>(res[j] + col(k), x[j][k]);
             }
+            if constexpr (O.math == 1) {
+              ss[j] += lo_f(x[j][k].w[0]) + lo_f(r[j][kFused ? k : 0].w[0]);  // one value: keeps the loads live
+            } else {
 #pragma unroll
-            for (int q = 0; q < kN; ++q) {
-              const float a = lo_f(x[j][k].w[q]), b = hi_f(x[j][k].w[q]);
-              ss[j] += a * a;
-              ss[j] += b * b;
+              for (int q = 0; q < kN; ++q) {
+                const float a = lo_f(x[j][k].w[q]), b = hi_f(x[j][k].w[q]);
+                if constexpr (O.math >= 2) {
+                  part[(2 * q) & 3] += a * a;
+                  part[(2 * q + 1) & 3] += b * b;
+                } else {
+                  ss[j] += a * a;
+                  ss[j] += b * b;
+                }
+              }
             }
           }
         }
       }
+      if constexpr (O.math >= 2) ss[j] = (part[0] + part[1]) + (part[2] + part[3]);
     }
 
 #pragma unroll
@@ -399,8 +424,12 @@ __global__ void __launch_bounds__(Shape<kOpt, kThreads, kVpt>::kBlock) __maxnreg
             W o;
 #pragma unroll
             for (int q = 0; q < kN; ++q) {
-              o.w[q] = pack_bf16(lo_f(x[j][k].w[q]) * scale[j] * lo_f(wk.w[q]),
-                                 hi_f(x[j][k].w[q]) * scale[j] * hi_f(wk.w[q]));
+              if constexpr (O.math == 1) {
+                o.w[q] = x[j][k].w[q] ^ wk.w[q] ^ __float_as_uint(scale[j]);  // keeps the weight and the sum live
+              } else {
+                o.w[q] = pack_bf16(lo_f(x[j][k].w[q]) * scale[j] * lo_f(wk.w[q]),
+                                   hi_f(x[j][k].w[q]) * scale[j] * hi_f(wk.w[q]));
+              }
             }
             stw<kN, O.store>(out[j] + col(k), o);
           }
@@ -790,6 +819,16 @@ const std::vector<Variant>& variants() {
           .w = WMode::kNone, .max_regs = 128),
       GEN("diag g v4 nowt", "DIAGNOSTIC (wrong output): g v4 pre reg96 without the weight's loads", .vpt = 4,
           .w = WMode::kNone, .max_regs = 96),
+      // Session 32: what the arithmetic costs the 128-thread row of H=8192 (one warp per scheduler).
+      GEN("g v8 acc4", "as g v8 pre reg128, four partial sums of squares", .vpt = 8, .max_regs = 128, .math = 2),
+      GEN("g v8 acc4 hadd", "as g v8 acc4, the fused sum as add.rn.bf16x2", .vpt = 8, .max_regs = 128,
+          .math = 3),
+      GEN("diag g v8 nomath", "DIAGNOSTIC (wrong output): g v8 pre reg128 moving the same bytes without arithmetic",
+          .vpt = 8, .max_regs = 128, .math = 1),
+      GEN("g v4 acc4", "as g v4 pre reg96, four partial sums", .vpt = 4, .max_regs = 96, .math = 2),
+      GEN("g v4 acc4 hadd", "as g v4 acc4, add.rn.bf16x2", .vpt = 4, .max_regs = 96, .math = 3),
+      GEN("diag g v4 nomath", "DIAGNOSTIC (wrong output): g v4 pre reg96 without arithmetic", .vpt = 4,
+          .max_regs = 96, .math = 1),
       // Many rows (session 16): the output stored evict_first (st.global.cs), as concat_mla_k
       // gained from it.
       TWOPASS("2p t256 u2 h7", 256, 2, 7, "two passes, 256 threads a row, 2 vectors a thread a chunk, as h1, the output stored evict_first"),

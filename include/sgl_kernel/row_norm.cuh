@@ -24,16 +24,9 @@ __device__ __forceinline__ float add_sum_sq(Word4& x, const Word4& r, float acc)
   constexpr int kPer = Wd::kPer;
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
+    if constexpr (kFused) x[q] = Wd::add(x[q], r[q]);
     float f[kPer];
     Wd::unpack(x[q], f);
-    if constexpr (kFused) {
-      float g[kPer];
-      Wd::unpack(r[q], g);
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) f[e] += g[e];
-      x[q] = Wd::pack(f);
-      Wd::unpack(x[q], f);
-    }
 #pragma unroll
     for (int e = 0; e < kPer; ++e) acc += f[e] * f[e];
   }
@@ -58,34 +51,41 @@ __device__ __forceinline__ Word4 scale_vec(const Word4& x, const Word4& w, float
   return o;
 }
 
-// Loads the row (x), the residual (fused) and the weight (w) of this lane, in that order and
-// all before any store; with kFused, x <- x + residual rounded to T and stored back to the
-// residual. Returns the lane's sum of squares of x (fp32). kTrigger: the PDL trigger once the
-// loads are issued (PdlTrigger::kAfterLoads).
+// Loads the row (x), the residual (fused) and the weight (w) of this lane, all before any
+// store; with kFused, x <- x + residual rounded to T and stored back to the residual. Returns
+// the lane's sum of squares of x (fp32). kTrigger: the PDL trigger once the loads are issued
+// (PdlTrigger::kAfterLoads); the fused op's residual loads then follow it.
 // NOTE: a store to the output or the residual may alias the weight for all the compiler knows,
 // so a weight load placed after a store waits out its full latency, one round trip per vector
 // (16 vectors per lane, rmsnorm T=1 H=4096: 4.80 us against 1.62 with the weight loaded
 // first; benchmark/elementwise/tune_rmsnorm.cu, "prod-k v16 chain" against "g v16 pre").
+// NOTE (session 32): ptxas keeps the trigger in program order among the loads but schedules
+// arithmetic across it. With the trigger after every load, the fused op's packed adds
+// (Words<T>::add), which wait for the loaded data, went ahead of it: the kTpr instance at
+// H=8192 (bf16, 1024-vector rows, up to 64 rows) read 1.566 / 1.748 -> 1.59 / 1.82 us at
+// T = 1 / 16 (H200). With the residual loaded after it, nothing that waits for data can.
 template <typename T, int kVpt, bool kFused, LoadPolicy kLoad = LoadPolicy::kDefault, bool kTrigger = false,
           typename Exists, typename Col>
 __device__ __forceinline__ float load_row_sum_sq(const T* in, T* res, const T* weight, Word4 (&x)[kVpt],
                                                  Word4 (&w)[kVpt], Exists exists, Col col) {
   Word4 r[kFused ? kVpt : 1];
-#pragma unroll
-  for (int k = 0; k < kVpt; ++k) {
-    if (exists(k)) x[k] = load_vec<Word4, kLoad>(in + col(k));
-  }
-  if constexpr (kFused) {
+  auto load_residual = [&] {
 #pragma unroll
     for (int k = 0; k < kVpt; ++k) {
       if (exists(k)) r[k] = load_vec<Word4, kLoad>(res + col(k));
     }
+  };
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    if (exists(k)) x[k] = load_vec<Word4, kLoad>(in + col(k));
   }
+  if constexpr (kFused && !kTrigger) load_residual();
 #pragma unroll
   for (int k = 0; k < kVpt; ++k) {
     if (exists(k)) w[k] = load_vec<Word4>(weight + col(k));
   }
   if constexpr (kTrigger) SGL_PDL_LAUNCH_DEPENDENTS();
+  if constexpr (kFused && kTrigger) load_residual();
   float sum_sq = 0.f;
 #pragma unroll
   for (int k = 0; k < kVpt; ++k) {
@@ -174,6 +174,25 @@ __device__ __forceinline__ void decode_row_fetch(const T* in, const T* res, cons
   }
 }
 
+// a + b elementwise, rounded to T (Words<T>::add on whole words where the vector holds them).
+template <typename T, int kElems>
+__device__ __forceinline__ Vec<T, kElems> add_rounded(const Vec<T, kElems>& a, const Vec<T, kElems>& b) {
+  Vec<T, kElems> s;
+  if constexpr (sizeof(Vec<T, kElems>) % 4 == 0) {
+    using Wd = Words<T>;
+    constexpr int kW = static_cast<int>(sizeof(Vec<T, kElems>) / 4);
+    const uint32_t* aw = reinterpret_cast<const uint32_t*>(&a);
+    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&b);
+    uint32_t* sw = reinterpret_cast<uint32_t*>(&s);
+#pragma unroll
+    for (int q = 0; q < kW; ++q) sw[q] = Wd::add(aw[q], bw[q]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) s[e] = from_float<T>(to_float(a[e]) + to_float(b[e]));
+  }
+  return s;
+}
+
 // The row in fp32 from decode_row_fetch's loads (fused: input + residual rounded to T, stored
 // into the residual at `res` where store_res), and this lane's sum of squares of it. kv
 // (warp-uniform): the warp's chunks inside the row; past them f is 0 and nothing is stored.
@@ -185,10 +204,10 @@ __device__ __forceinline__ float decode_row_sum(const Vec<T, kElems> (&x)[kK], c
 #pragma unroll
   for (int k = 0; k < kK; ++k) {
     V sum;
+    if constexpr (kFused) sum = add_rounded(x[k], r[kFused ? k : 0]);
 #pragma unroll
     for (int e = 0; e < kElems; ++e) {
       if constexpr (kFused) {
-        sum[e] = from_float<T>(to_float(x[k][e]) + to_float(r[kFused ? k : 0][e]));
         f[k][e] = to_float(sum[e]);
       } else {
         f[k][e] = to_float(x[k][e]);

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import sgl_kernel
-from tests.helpers import one_row_view, opcheck_any_dtype, raises_op_error
+from tests.helpers import assert_rounded_sum_bits, one_row_view, opcheck_any_dtype, random_bit_pairs, raises_op_error
 from tests.quantization.ref_quant import (
     EPS,
     FP8,
@@ -243,6 +243,27 @@ def test_correctness(op, dtype, group_size, out_dtype, layout, tokens, hidden, g
         pytest.skip(f"hidden {hidden} is not a multiple of group_size {group_size}")
     x, r, w = _make(op, tokens, hidden, dtype, gen)
     _run_check(op, x, r, w, group_size, out_dtype, layout)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_dt)
+@pytest.mark.parametrize(
+    "tokens, hidden",
+    # decode kernel; clusters (hidden 16384); a warp a row (896-2304 elements); vector kernel;
+    # the looping kernel for many rows
+    [(1, 7168), (16, 4096), (7, 16384), (300, 1536), (300, 4096), (4096, 7168)],
+    ids=_shape_ids([(1, 7168), (16, 4096), (7, 16384), (300, 1536), (300, 4096), (4096, 7168)]),
+)
+def test_residual_any_bits(dtype, tokens, hidden, gen):
+    """fused_add_rmsnorm_quant's stored residual from random bit patterns (subnormals, sums
+    overflowing to infinity, inf - inf, NaNs): the packed 16-bit add of sgl_kernel/words.cuh
+    must give the bits of the fp32 sum rounded once; any NaN where that is NaN. Only the
+    residual is checked: codes and scales of such rows are meaningless."""
+    x, r = random_bit_pairs((tokens, hidden), dtype, gen)
+    x0, r0 = x.clone(), r.clone()
+    q, s = _outputs(tokens, hidden, 128, FP8, "row")
+    _call(ADD, "wrapper", x, r, q, s, _weight(hidden, dtype, gen), 128, False)
+    assert torch.equal(_bits(x), _bits(x0)), "input was modified"
+    assert_rounded_sum_bits(r, x0, r0)
 
 
 @pytest.mark.parametrize("tokens", [7, 300])
