@@ -43,6 +43,10 @@
 // RoPE's general path keeps the end: after the loads it read 1.42 / 1.52 / 2.40 against 1.44 /
 // 1.58 / 2.02 in bench_rope.py, though the same graphs outside the bench read alike at T=128
 // (rope.cu's NOTE). Details in the kernels' NOTEs.
+// Session 32: ptxas keeps the trigger (SASS PREEXIT) in program order among memory accesses but
+// moves arithmetic across it, so "after the loads" can become "after the loaded data arrives"
+// when the first use of that data is cheap enough to schedule early (load_row_sum_sq's NOTE,
+// row_norm.cuh: 0.02-0.07 us). Check the SASS where a trigger's position matters.
 namespace sgl_kernel {
 enum class PdlTrigger { kEarly, kAfterLoads, kLate };
 }  // namespace sgl_kernel
