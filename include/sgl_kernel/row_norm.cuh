@@ -174,22 +174,17 @@ __device__ __forceinline__ void decode_row_fetch(const T* in, const T* res, cons
   }
 }
 
-// a + b elementwise, rounded to T (Words<T>::add on whole words where the vector holds them).
+// a + b elementwise, rounded to T: Words<T>::add on each 32-bit word of the vector.
 template <typename T, int kElems>
 __device__ __forceinline__ Vec<T, kElems> add_rounded(const Vec<T, kElems>& a, const Vec<T, kElems>& b) {
+  static_assert(sizeof(Vec<T, kElems>) % 4 == 0, "whole 32-bit words");
+  constexpr int kW = static_cast<int>(sizeof(Vec<T, kElems>) / 4);
   Vec<T, kElems> s;
-  if constexpr (sizeof(Vec<T, kElems>) % 4 == 0) {
-    using Wd = Words<T>;
-    constexpr int kW = static_cast<int>(sizeof(Vec<T, kElems>) / 4);
-    const uint32_t* aw = reinterpret_cast<const uint32_t*>(&a);
-    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&b);
-    uint32_t* sw = reinterpret_cast<uint32_t*>(&s);
+  const uint32_t* aw = reinterpret_cast<const uint32_t*>(&a);
+  const uint32_t* bw = reinterpret_cast<const uint32_t*>(&b);
+  uint32_t* sw = reinterpret_cast<uint32_t*>(&s);
 #pragma unroll
-    for (int q = 0; q < kW; ++q) sw[q] = Wd::add(aw[q], bw[q]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < kElems; ++e) s[e] = from_float<T>(to_float(a[e]) + to_float(b[e]));
-  }
+  for (int q = 0; q < kW; ++q) sw[q] = Words<T>::add(aw[q], bw[q]);
   return s;
 }
 
