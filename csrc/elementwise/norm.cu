@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
 // 2.23); fused H=4096 1.37/1.51/1.85 (1.48/1.62/1.96), H=8192 1.85/2.07/2.57 (1.81/2.05/2.59).
 // The fused op at H=8192 is no faster here, and bench_norm.py measured it slower (T=1/16/128
 // 2.00/2.13/2.70 us against 1.83/2.06/2.67 for the vector kernel), so the fused op takes this
-// kernel up to H=7168 and the plain one up to H=8192 (larger rows were not measured).
+// kernel up to H=7168 and the plain one up to H=8192 (larger rows were not measured). Since
+// session 33 16-bit plain rows of 8192 take the vector kernel too (kVec1024EarlyRows' NOTE).
 // 16-byte vectors with four chunks a warp ("n8k4") were 0.05-0.09 us faster for rmsnorm at
 // H=8192 and slower elsewhere; splitting a row over a 2-8 CTA cluster cost more in cluster
 // barriers than it saved below H=8192 (fused H=8192 T=1 1.58 with 8 CTAs).
@@ -441,12 +442,12 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
                        p.enable_pdl, p, rows_inner);
 }
 
-// The PDL trigger of the decode kernel: right after the wait (session 20; see below). And of
-// the vector kernel on decode rows of
-// exactly 1024 vectors: once the loads are issued up to kExact1024MidRows rows, else at the
-// end. NOTE (H200, session 17: bf16 decode rows timed by tools/decode_rows.py, one dev
-// build choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 /
-// 128). Decode kernel, right after the wait against after the loads:
+// The PDL trigger of the decode kernel: right after the wait (session 20; see below). The
+// vector kernel on decode rows of exactly 1024 vectors: by rows, from session 33 (below).
+// Before that: 128 threads, once the loads were issued up to 64 rows, else at the end.
+// NOTE (H200, session 17: bf16 decode rows timed by tools/decode_rows.py, one dev build
+// choosing the placement at run time, alternated twice; us at T = 1 / 16 / 32 / 64 / 128).
+// Decode kernel, right after the wait against after the loads:
 //   plain H=4096  1.20 / 1.27 / 1.29 / 1.33 / 1.55 against 1.29 / 1.29 / 1.30 / 1.42 / 1.77
 //   plain H=8192  1.43 / 1.52 / 1.55 / 1.69 / 2.05 against 1.46 / 1.55 / 1.58 / 1.70 / 2.10
 //   fused H=4096  1.38 / 1.53 / 1.52 / 1.61 / 1.89 against 1.45 / 1.68 / 1.64 / 1.72 / 2.18
@@ -469,8 +470,24 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // T=72 2.072-2.076 against 2.110-2.113, T=96 2.43-2.44 against 2.44-2.45, T=104 2.54-2.56
 // against 2.44-2.45. The late trigger read 0.15-0.2 us slower in the dev process than here,
 // so the switch stays at 64.
-constexpr int64_t kExact1024MidRows = 64;
-bool exact_1024_after_loads(int64_t rows) { return rows <= kExact1024MidRows; }
+// Session 33 (H200, bf16 H=8192, the bench's graphs in one torch process after its side-stream
+// warm-ups, a dev build choosing the instance from the environment, modes alternated over three
+// rounds; median us at T = 1 / 16 / 96 / 112 / 128 / 144 / 160 / 192 / 224 / 256):
+//   fused, 128 threads (production then: after the loads to 64 rows, late above)
+//     1.55 / 1.73 / 2.24 / 2.32 / 2.43 / 2.99 / 3.03 / 3.17 / 3.31 / 3.43
+//   fused, 256 threads, after the loads  1.51 / 1.68 / 2.06 / 2.20 / 2.36 / 2.75 / 2.75 / 2.95 / 5.16 / 5.54
+//   fused, 256 threads, early            1.49 / 1.70 / 2.08 / 2.21 / 2.36 / 2.74 / 2.84 / 2.85 / 4.78 / 5.07
+//   fused, 256 threads, late             1.69 / 1.85 / 2.18 / 2.27 / 2.35 / 2.97 / 3.01 / 3.06 / 3.12 / 3.19
+//   plain, the decode kernel (production then) 1.31 / 1.39 / 1.81 / 1.93 / 2.06 / 2.20 / 2.24 / 2.40 / 2.84 / 2.81
+//   plain, 256 threads, early            1.25 / 1.37 / 1.78 / 1.90 / 2.04 / 2.15 / 2.21 / 2.37 / 2.81 / 2.83
+//   plain, 256 threads, late             1.31 / 1.61 / 1.88 / 1.94 / 2.01 / 2.30 / 2.36 / 2.44 / 2.52 / 2.61
+// So rows of 1024 vectors take 256 threads (4 vectors a lane): the fused op triggers after the
+// loads up to kVec1024MidRows rows, early up to kVec1024EarlyRows and late above; the plain op
+// (16-bit types; fp32 H=4096 keeps the decode kernel, not measured) early up to
+// kVec1024EarlyRows, late above. tune_rmsnorm.cu ("kv t256 ...") ranked the late trigger first
+// at every row count: a fresh process does not pay what a late trigger costs after side-stream
+// work (arch.cuh, session 16), and --pollute / --side-warmup there did not reproduce it.
+constexpr int64_t kVec1024MidRows = 160, kVec1024EarlyRows = 192;
 
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
 // NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu, /work/.device/1 run):
@@ -535,8 +552,9 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
                            cudaStream_t stream) {
   const int regime = p.rows <= 256 ? 0 : 1;  // decode, many rows
   // Decode rows of exactly 1024 or 2048 vectors (bf16/fp16 H=8192 and 16384, fp32 H=4096 and
-  // 8192): 8 vectors a lane with the group size compiled in, and at 1024 the dependents
-  // launched after the stores (up to kExact1024MidRows rows once the loads are issued). NOTE
+  // 8192): the group size compiled in; at 1024 256 threads of 4 vectors a lane with the
+  // trigger by rows (kVec1024EarlyRows' NOTE, session 33), at 2048 8 vectors a lane. Until
+  // session 33 1024 took 8 vectors a lane (128 threads) too. NOTE
   // (H200, bf16, tune_rmsnorm.cu "prod", one machine, two alternations, us at
   // T=1/16/32/128/256): fused H=8192 1.92/2.03/2.04/2.90/6.16 before (4 vectors, group size at
   // run time), 1.90/1.95/1.97/2.72/5.36 compiled in, 1.82/1.94/1.99/2.48/5.43 also with the
@@ -564,10 +582,13 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
       }
     }
   }
-  if (regime == 0 && hv == 1024) {
-    return exact_1024_after_loads(p.rows)
-               ? launch_vec<T, 8, kFused, kGemma, 128, PdlTrigger::kAfterLoads>(p, rows_inner, 128, stream)
-               : launch_vec<T, 8, kFused, kGemma, 128, PdlTrigger::kLate>(p, rows_inner, 128, stream);
+  if (regime == 0 && hv == 1024) {  // kVec1024EarlyRows' NOTE
+    if (kFused && p.rows <= kVec1024MidRows) {
+      return launch_vec<T, 4, kFused, kGemma, 256, PdlTrigger::kAfterLoads>(p, rows_inner, 256, stream);
+    }
+    return p.rows <= kVec1024EarlyRows
+               ? launch_vec<T, 4, kFused, kGemma, 256, PdlTrigger::kEarly>(p, rows_inner, 256, stream)
+               : launch_vec<T, 4, kFused, kGemma, 256, PdlTrigger::kLate>(p, rows_inner, 256, stream);
   }
   if (regime == 0 && hv == 2048) return launch_vec<T, 8, kFused, kGemma, 256>(p, rows_inner, 256, stream);
   static constexpr int kOrder[2][7] = {{4, 2, 8, 0, 0, 0, 0}, {8, 6, 9, 4, 12, 16, 2}};
@@ -708,10 +729,18 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
     constexpr int kBytes = kDecodeElems * sizeof(T);
     return rows_aligned(ptr, s.outer, sizeof(T), kBytes) && rows_aligned(ptr, s.inner, sizeof(T), kBytes);
   };
+  const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 4096 && is_aligned16(p.out) &&
+                      is_aligned16(p.input) && is_aligned16(p.weight) && aligned16(p.out_rows, kVec) &&
+                      aligned16(p.input_rows, kVec) &&
+                      (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
+  // The plain op on 16-bit rows of 1024 vectors (H=8192) takes the vector kernel's 256-thread
+  // instance rather than the decode kernel (kVec1024EarlyRows' NOTE, session 33).
+  const bool plain_vec1024 = !kFused && sizeof(T) == 2 && vec_ok && p.hidden == 1024 * kVec && cs < 0;
   // A warp's share of the row: 4 chunks of 128 elements, or 2 or 1 (kDecodeShortChunksMin).
   const int chunks = decode_chunks(p.hidden);
-  if (p.rows <= 256 && chunks > 0 && decode_aligned(p.out, p.out_rows) && decode_aligned(p.input, p.input_rows) &&
-      decode_aligned(p.weight, RowStrides{0, 0}) && (!kFused || decode_aligned(p.residual, p.residual_rows))) {
+  if (p.rows <= 256 && chunks > 0 && !plain_vec1024 && decode_aligned(p.out, p.out_rows) &&
+      decode_aligned(p.input, p.input_rows) && decode_aligned(p.weight, RowStrides{0, 0}) &&
+      (!kFused || decode_aligned(p.residual, p.residual_rows))) {
     if (cs < 0) cs = decode_cluster_blocks(p.rows, p.hidden, kFused);
     if (cs > 1 && chunks == kDecodeChunks && p.hidden % (int64_t{kDecodeRowElems} * cs) == 0) {
       constexpr auto kernel = rmsnorm_decode_kernel<T, kFused, kGemma, true>;
@@ -736,10 +765,6 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
       }
     }
   }
-  const bool vec_ok = p.hidden % kVec == 0 && p.hidden / kVec <= 4096 && is_aligned16(p.out) &&
-                      is_aligned16(p.input) && is_aligned16(p.weight) && aligned16(p.out_rows, kVec) &&
-                      aligned16(p.input_rows, kVec) &&
-                      (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
   if (vec_ok) {
     if constexpr (kFused) {
       const cudaError_t e = launch_twopass_for<T, kGemma>(p, rows_inner, p.hidden / kVec, stream);

@@ -153,12 +153,12 @@ def test_correctness_fp32(op, batch, hidden, gen):
 
 
 # The decode kernel (norm.cu: <= 256 rows, hidden a multiple of 512 up to 8192, fused up to
-# 7168) at its shapes and limits, and the shapes just past them that take the other kernels
-# (257 rows, hidden 640, 8192 fused, 12288 plain (the fused op's clusters from 12288: below),
-# 16384 beyond 16 rows). On sm90+, hidden >= 16384
-# runs in clusters of 8 blocks per row up to 16 rows (16 blocks at >= 32768 up to 4 rows;
-# decode_cluster_blocks): the row counts on either side of each limit; (1, 16896) is no
-# multiple of 8 * 512 (no cluster).
+# 7168; 16-bit plain rows of 8192 take the vector kernel, VEC1024_SHAPES) at its shapes and
+# limits, and the shapes just past them that take the other kernels (257 rows, hidden 640,
+# 8192 fused, 12288 plain (the fused op's clusters from 12288: below), 16384 beyond 16 rows).
+# On sm90+, hidden >= 16384 runs in clusters of 8 blocks per row up to 16 rows (16 blocks at
+# >= 32768 up to 4 rows; decode_cluster_blocks): the row counts on either side of each limit;
+# (1, 16896) is no multiple of 8 * 512 (no cluster).
 DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384),
                  (1, 7168), (16, 8192), (17, 8192), (32, 7168), (33, 8192), (5, 12288), (20, 16384),
                  (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
@@ -174,6 +174,12 @@ CLUSTER_12K_SHAPES = [(8, 12288), (9, 12288), (16, 12288), (17, 12288), (3, 1433
 # (norm.cu kOrder; bf16 H=1152 / 2304 / 2176 / 6272: 16 / 32 / 32 with the last vector
 # bounds-checked / 96 lanes a row), and the fp32 rows of the same lengths.
 NINE_VECTOR_SHAPES = [(989, 1152), (257, 2304), (16411, 2304), (300, 2176), (257, 6272), (16384, 1152)]
+# Decode rows of exactly 1024 16-byte vectors (bf16 / fp16 H=8192, fp32 H=4096) take the vector
+# kernel's 256-thread instances, the PDL trigger by rows (norm.cu kVec1024MidRows and
+# kVec1024EarlyRows: the fused op after the loads to 160 rows, both ops early to 192, late to
+# 256); the plain fp32 op keeps the decode kernel. The row counts on either side of each switch.
+VEC1024_SHAPES = [(160, 8192), (161, 8192), (192, 8192), (193, 8192), (256, 8192), (160, 4096), (161, 4096),
+                  (193, 4096)]
 
 
 # From 16384 rows (norm.cu): the fused ops take the two-pass kernel (rmsnorm_twopass_kernel) on
@@ -191,7 +197,7 @@ TWOPASS_SHAPES = [(16384, 2048), (16384, 3072), (16384, 4096), (16383, 8192), (1
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", DECODE_SHAPES + DECODE_SHORT_CHUNK_SHAPES + CLUSTER_12K_SHAPES + NINE_VECTOR_SHAPES
-                         + TWOPASS_SHAPES, ids=_ids)
+                         + VEC1024_SHAPES + TWOPASS_SHAPES, ids=_ids)
 def test_kernel_shapes(op, dtype, shape, gen):
     """The decode kernel's, the vector kernel's and the two-pass kernel's shapes and limits (above)."""
     x, w, other = make_args(op, shape, dtype, gen)
@@ -289,9 +295,10 @@ def test_large_values_fp16(op, hidden, gen):
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 @pytest.mark.parametrize(
     "shape",
-    # decode kernel; vector kernel (1024-vector decode rows, many rows); two-pass and
-    # exact-row kernels (>= 16384 rows); the scalar path
-    [(16, 4096), (16, 7168), (16, 8192), (300, 4096), (16384, 2048), (16384, 8192), (7, 111)],
+    # decode kernel; vector kernel (1024-vector decode rows, each PDL trigger of them; many
+    # rows); two-pass and exact-row kernels (>= 16384 rows); the scalar path
+    [(16, 4096), (16, 7168), (16, 8192), (170, 8192), (200, 8192), (300, 4096), (16384, 2048), (16384, 8192),
+     (7, 111)],
     ids=_ids,
 )
 def test_fused_residual_any_bits(op, dtype, shape, gen):
