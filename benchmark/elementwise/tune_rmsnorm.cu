@@ -16,7 +16,11 @@
 // Options: --op rmsnorm|fused|both, --H 4096,8192 (7168 and 16384 supported too),
 // --T 1,16,128 (default: T in {1,16,128,1024,4096,32768} for H 4096 and 8192, plus
 // T in {1024,32768} for H 16384), --only SUBSTR[,SUBSTR] (variant names; prod always runs),
-// --no-pdl, --out-per-set (plain op: rotate the output buffer too), --list.
+// --no-pdl, --out-per-set (plain op: rotate the output buffer too), --list, --pollute N (first
+// put the process in the bench's state, tune_common::pollute: without it rows whose kernel
+// boundary is not crossed early, a late trigger or no PDL, read ~0.1-0.18 us below the bench),
+// --side-warmup (before each capture, three calls of the variant on a side stream ordered by
+// events, as benchmark/harness.py's _capture does).
 //
 // Timing follows benchmark/harness.py, so the numbers line up with benchmark/RESULTS.md:
 // the median per-call time over R replays of a CUDA graph of N back-to-back launches (PDL on
@@ -630,12 +634,11 @@ cudaError_t run_unsupported(const P&, cudaStream_t) { return cudaErrorNotSupport
 
 // Production's vector kernel with the group size compiled in (norm.cu's kTpr instances), kTpr
 // threads a row, hidden / (8 kTpr) vectors a lane; decode rows (<= 256) of bf16 H=8192 only.
-template <int kTpr, bool kLate, bool kFused>
+template <int kTpr, PdlTrigger kTrig, bool kFused>
 cudaError_t run_kv(const P& p, cudaStream_t stream) {
   constexpr int kVpt = 1024 / kTpr;
   if (p.hidden != 8192 || p.rows > 256) return cudaErrorNotSupported;
   const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
-  constexpr PdlTrigger kTrig = kLate ? PdlTrigger::kLate : PdlTrigger::kEarly;
   return launch_vec<T, kVpt, kFused, false, kTpr, kTrig>(p, rows_inner, kTpr, stream);
 }
 
@@ -675,8 +678,9 @@ cudaError_t run_exact(const P& p, cudaStream_t stream) {
   return run_exact_op<kThreads, kChunks, kHint, kRegs>(p, stream, p.residual != nullptr);
 }
 
-#define KV(NAME, TPR, LATE, WHY) \
-  Variant { NAME, run_kv<TPR, LATE, false>, run_kv<TPR, LATE, true>, WHY }
+#define KV(NAME, TPR, LATE, WHY) KVT(NAME, TPR, (LATE) ? PdlTrigger::kLate : PdlTrigger::kEarly, WHY)
+#define KVT(NAME, TPR, TRIG, WHY) \
+  Variant { NAME, run_kv<TPR, TRIG, false>, run_kv<TPR, TRIG, true>, WHY }
 
 #define DECX(NAME, E, K, TRIG, WHY) \
   Variant { NAME, run_decx<E, K, PdlTrigger::TRIG, false>, run_decx<E, K, PdlTrigger::TRIG, true>, WHY }
@@ -802,13 +806,18 @@ const std::vector<Variant>& variants() {
       IND("ind t512 c4 8B", 512, 4, 8, false, "the replica at H=8192"),
       TWOPASS("2p t256 u1 h3", 256, 1, 3, "two passes, 256 threads a row, 1 vector a thread a chunk, L1 + L2 priorities (torch.compile's shape at H=8192)"),
       // Decode rows of bf16 H=8192 (session 16):
-      {"dec", run_dec<false>, run_dec<true>, "norm.cu's rmsnorm_decode_kernel (the plain op's decode kernel to H=8192)"},
-      KV("kv t128 late", 128, true, "norm.cu's vector kernel, 128 threads a row compiled in, trigger after the stores (the fused op's decode shape at H=8192)"),
+      {"dec", run_dec<false>, run_dec<true>,
+       "norm.cu's rmsnorm_decode_kernel (the plain op's decode kernel to H=8192 until session 33)"},
+      KV("kv t128 late", 128, true,
+         "norm.cu's vector kernel, 128 threads a row, trigger after the stores (fused H=8192 until session 33)"),
       KV("kv t128 early", 128, false, "as kv t128 late, trigger right after the wait"),
       KV("kv t256 late", 256, true, "norm.cu's vector kernel, 256 threads a row (4 vectors a lane), late trigger"),
       KV("kv t256 early", 256, false, "as kv t256 late, early trigger"),
       KV("kv t512 late", 512, true, "norm.cu's vector kernel, 512 threads a row (2 vectors a lane), late trigger"),
       KV("kv t1024 late", 1024, true, "norm.cu's vector kernel, 1024 threads a row (1 vector a lane), late trigger"),
+      // Session 33: the trigger once the loads are issued (production's fused instance up to 64 rows).
+      KVT("kv t128 mid", 128, PdlTrigger::kAfterLoads, "as kv t128 late, trigger once the loads are issued"),
+      KVT("kv t256 mid", 256, PdlTrigger::kAfterLoads, "as kv t256 late, trigger once the loads are issued"),
       GEN("g v8 r2 reg168", "two rows a thread sharing the weight registers (half the weight's L2 reads)", .vpt = 8,
           .rows = 2, .max_regs = 168),
       GEN("g v4 r2 reg128", "four warps a row, two rows a thread sharing the weight registers", .vpt = 4, .rows = 2,
@@ -923,6 +932,8 @@ static uint16_t h_round_bf16(float f) {  // round to nearest even (finite inputs
 struct Options {
   bool plain = true, fused = true, pdl = true, out_per_set = false, list = false;
   std::vector<int64_t> hs, ts;
+  int pollute = 0;  // --pollute N: tune_common::pollute before anything is timed
+  bool side_warmup = false;  // --side-warmup: three calls on a side stream before each capture
   std::vector<std::string> only;
 };
 
@@ -986,6 +997,10 @@ int main_impl(int argc, char** argv) {
       opt.ts = parse_list(next());
     } else if (a == "--only") {
       opt.only = split(next());
+    } else if (a == "--side-warmup") {
+      opt.side_warmup = true;
+    } else if (a == "--pollute") {
+      opt.pollute = std::atoi(next());
     } else if (a == "--no-pdl") {
       opt.pdl = false;
     } else if (a == "--out-per-set") {
@@ -1024,6 +1039,11 @@ int main_impl(int argc, char** argv) {
 
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  tune_common::pollute(s, opt.pollute);
+  cudaStream_t side;
+  cudaEvent_t side_ev;
+  CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&side_ev, cudaEventDisableTiming));
   int dev = 0, l2 = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -1230,6 +1250,15 @@ int main_impl(int argc, char** argv) {
                       g_ctx, ro.ndiff, ro.max_ulp, ro.nan, rr.ndiff);
         }
 
+        if (opt.side_warmup) {
+          // As benchmark/harness.py's _capture: three calls on a side stream, ordered by events.
+          CK(cudaEventRecord(side_ev, s));
+          CK(cudaStreamWaitEvent(side, side_ev, 0));
+          for (int i = 0; i < 3; ++i) CK(fn(params(i % nsets), side));
+          CK(cudaEventRecord(side_ev, side));
+          CK(cudaStreamWaitEvent(s, side_ev, 0));
+          CK(cudaStreamSynchronize(s));
+        }
         c.us = tune_common::graph_us([&](int i) { CK(fn(params(i % nsets), s)); }, hot, nsets, s);
         c.gbps = float(double(nbytes) / (double(c.us) * 1e-6) / 1e9);
       }

@@ -348,8 +348,6 @@ struct Variant {
 
 float bf(T x) { return __bfloat162float(x); }
 
-__global__ void tune_empty_kernel() {}
-
 }  // namespace tune
 
 int main(int argc, char** argv) {
@@ -617,27 +615,11 @@ int main(int argc, char** argv) {
                     worst, long(nbad));
       }
     }
-    if (pollute > 0) {
-      cudaStream_t s2;
-      cudaEvent_t ev;
-      CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-      CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-      CK(cudaEventRecord(ev, s));
-      CK(cudaStreamWaitEvent(s2, ev, 0));
-      for (int i = 0; i < pollute; ++i) {
-        if (pollute_kernel == "empty") {
-          tune_empty_kernel<<<1, 32, 0, s2>>>();
-          CK(cudaGetLastError());
-        } else {
-          CK(launch_rope<T>(params(0, false, false), s2));
-        }
-      }
-      CK(cudaEventRecord(ev, s2));
-      CK(cudaStreamWaitEvent(s, ev, 0));
-      CK(cudaDeviceSynchronize());
-      CK(cudaEventDestroy(ev));
-      CK(cudaStreamDestroy(s2));
-      std::printf("  (polluted: %d %s launches on a second stream)\n", pollute, pollute_kernel.c_str());
+    if (pollute_kernel == "empty") {
+      tune_common::pollute(s, pollute);
+    } else {
+      tune_common::pollute_with(s, pollute, [&](cudaStream_t s2) { CK(launch_rope<T>(params(0, false, false), s2)); },
+                                "prod");
     }
     for (size_t vi = 0; vi < vars.size(); ++vi) {
       const Variant& v = vars[vi];
