@@ -155,10 +155,11 @@ inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
 
 // Puts the process in the state a torch process is in once it has captured graphs after a
 // warm-up on a side stream (benchmark/RESULTS.md, session 16): n empty kernels on a second
-// non-blocking stream, ordered by events both ways with `s`. From then on every CUDA-graph
-// kernel boundary that the next kernel cannot cross early (no PDL, or a trigger at the end)
-// costs about 0.18 us more on an H200, for the rest of the process. benchmark/harness.py and
-// every serving engine time in that state; a fresh process does not. n = 0 does nothing.
+// non-blocking stream, ordered by events both ways with `s`. From then on a CUDA-graph kernel
+// boundary without PDL costs about 0.18 us more on an H200 (tune_rope.cu), for the rest of the
+// process; benchmark/harness.py and every serving engine time in that state. It does not
+// explain everything: the norm rows of 128 tokens with PDL (late trigger included) read
+// 0.1 us below the bench with or without it (session 33). n = 0 does nothing.
 __global__ void pollute_empty_kernel() {}
 
 // The same with launch(s2) (one kernel on the second stream) in place of the empty kernel.

@@ -16,11 +16,12 @@
 // Options: --op rmsnorm|fused|both, --H 4096,8192 (7168 and 16384 supported too),
 // --T 1,16,128 (default: T in {1,16,128,1024,4096,32768} for H 4096 and 8192, plus
 // T in {1024,32768} for H 16384), --only SUBSTR[,SUBSTR] (variant names; prod always runs),
-// --no-pdl, --out-per-set (plain op: rotate the output buffer too), --list, --pollute N (first
-// put the process in the bench's state, tune_common::pollute: without it rows whose kernel
-// boundary is not crossed early, a late trigger or no PDL, read ~0.1-0.18 us below the bench),
-// --side-warmup (before each capture, three calls of the variant on a side stream ordered by
-// events, as benchmark/harness.py's _capture does).
+// --no-pdl, --out-per-set (plain op: rotate the output buffer too), --list, --pollute N
+// (tune_common::pollute first), --side-warmup (before each capture, three calls of the variant
+// on a side stream ordered by events, as benchmark/harness.py's _capture does). Neither brings
+// the 128-row rows at H=8192 to the bench's numbers (0.1 us above), and a late PDL trigger
+// reads better here than in the bench: decide trigger placements in the bench's process
+// (tools/decode_rows.py; norm.cu kVec1024EarlyRows' NOTE, session 33).
 //
 // Timing follows benchmark/harness.py, so the numbers line up with benchmark/RESULTS.md:
 // the median per-call time over R replays of a CUDA graph of N back-to-back launches (PDL on
