@@ -47,6 +47,9 @@
 // moves arithmetic across it, so "after the loads" can become "after the loaded data arrives"
 // when the first use of that data is cheap enough to schedule early (load_row_sum_sq's NOTE,
 // row_norm.cuh: 0.02-0.07 us). Check the SASS where a trigger's position matters.
+// Session 33: the stand-alone tunes still rank a late trigger above where the bench's process
+// does (norm.cu's 1024-vector rows: kVec1024EarlyRows' NOTE), even after a side-stream warm-up
+// in the tune; decide placements in the bench's process.
 namespace sgl_kernel {
 enum class PdlTrigger { kEarly, kAfterLoads, kLate };
 }  // namespace sgl_kernel
