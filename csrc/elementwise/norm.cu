@@ -483,8 +483,11 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 //   plain, 256 threads, late             1.31 / 1.61 / 1.88 / 1.94 / 2.01 / 2.30 / 2.36 / 2.44 / 2.52 / 2.61
 // So rows of 1024 vectors take 256 threads (4 vectors a lane): the fused op triggers after the
 // loads up to kVec1024MidRows rows, early up to kVec1024EarlyRows and late above; the plain op
-// (16-bit types; fp32 H=4096 keeps the decode kernel, not measured) early up to
-// kVec1024EarlyRows, late above. tune_rmsnorm.cu ("kv t256 ...") ranked the late trigger first
+// on 16-bit types early up to kVec1024EarlyRows, late above. (fp32 rows of 1024 vectors, H=4096,
+// take the decode kernel before this in both ops, as before: a dev build with the old choice
+// switchable read them within 0.02 us, and fp16 H=8192 gained as bf16: fused T = 1 / 16 / 128
+// 1.72 / 1.91 / 2.58 -> 1.60 / 1.77 / 2.40, plain 1.31 / 1.40 / 2.05 -> 1.29 / 1.38 / 2.04.)
+// tune_rmsnorm.cu ("kv t256 ...") ranked the late trigger first
 // at every row count: a fresh process does not pay what a late trigger costs after side-stream
 // work (arch.cuh, session 16), and --pollute / --side-warmup there did not reproduce it.
 constexpr int64_t kVec1024MidRows = 160, kVec1024EarlyRows = 192;
@@ -551,10 +554,11 @@ template <typename T, bool kFused, bool kGemma>
 cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inner, int64_t hv,
                            cudaStream_t stream) {
   const int regime = p.rows <= 256 ? 0 : 1;  // decode, many rows
-  // Decode rows of exactly 1024 or 2048 vectors (bf16/fp16 H=8192 and 16384, fp32 H=4096 and
-  // 8192): the group size compiled in; at 1024 256 threads of 4 vectors a lane with the
-  // trigger by rows (kVec1024EarlyRows' NOTE, session 33), at 2048 8 vectors a lane. Until
-  // session 33 1024 took 8 vectors a lane (128 threads) too. NOTE
+  // Decode rows of exactly 1024 or 2048 vectors (bf16/fp16 H=8192 and 16384; fp32 H=4096 and
+  // 8192 only where the decode kernel does not take them): the group size compiled in; at 1024
+  // 256 threads of 4 vectors a lane with the trigger by rows (kVec1024EarlyRows' NOTE, session
+  // 33), at 2048 8 vectors a lane. Until session 33 1024 took 8 vectors a lane (128 threads)
+  // too. NOTE
   // (H200, bf16, tune_rmsnorm.cu "prod", one machine, two alternations, us at
   // T=1/16/32/128/256): fused H=8192 1.92/2.03/2.04/2.90/6.16 before (4 vectors, group size at
   // run time), 1.90/1.95/1.97/2.72/5.36 compiled in, 1.82/1.94/1.99/2.48/5.43 also with the
