@@ -162,22 +162,30 @@ inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
 // 0.1 us below the bench with or without it (session 33). n = 0 does nothing.
 __global__ void pollute_empty_kernel() {}
 
-// The same with launch(s2) (one kernel on the second stream) in place of the empty kernel.
+// launch(i, side) for i < n on `side`, ordered after the work on `s` and before whatever `s`
+// runs next by events both ways (as torch's graph warm-up on a side stream), then `s`
+// synchronized.
+template <typename Launch>
+inline void on_side_stream(cudaStream_t s, cudaStream_t side, int n, Launch&& launch) {
+  cudaEvent_t ev;
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CK(cudaEventRecord(ev, s));
+  CK(cudaStreamWaitEvent(side, ev, 0));
+  for (int i = 0; i < n; ++i) launch(i, side);
+  CK(cudaGetLastError());
+  CK(cudaEventRecord(ev, side));
+  CK(cudaStreamWaitEvent(s, ev, 0));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaEventDestroy(ev));
+}
+
+// pollute with launch(s2) (one kernel on the second stream) in place of the empty kernel.
 template <typename Launch>
 inline void pollute_with(cudaStream_t s, int n, Launch&& launch, const char* what) {
   if (n <= 0) return;
   cudaStream_t s2;
-  cudaEvent_t ev;
   CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  CK(cudaEventRecord(ev, s));
-  CK(cudaStreamWaitEvent(s2, ev, 0));
-  for (int i = 0; i < n; ++i) launch(s2);
-  CK(cudaGetLastError());
-  CK(cudaEventRecord(ev, s2));
-  CK(cudaStreamWaitEvent(s, ev, 0));
-  CK(cudaDeviceSynchronize());
-  CK(cudaEventDestroy(ev));
+  on_side_stream(s, s2, n, [&](int, cudaStream_t st) { launch(st); });
   CK(cudaStreamDestroy(s2));
   std::printf("  (polluted: %d %s launches on a second stream, as after torch's graph warm-up)\n", n, what);
 }

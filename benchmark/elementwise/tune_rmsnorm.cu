@@ -1041,10 +1041,8 @@ int main_impl(int argc, char** argv) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   tune_common::pollute(s, opt.pollute);
-  cudaStream_t side;
-  cudaEvent_t side_ev;
+  cudaStream_t side;  // --side-warmup
   CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  CK(cudaEventCreateWithFlags(&side_ev, cudaEventDisableTiming));
   int dev = 0, l2 = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -1253,12 +1251,7 @@ int main_impl(int argc, char** argv) {
 
         if (opt.side_warmup) {
           // As benchmark/harness.py's _capture: three calls on a side stream, ordered by events.
-          CK(cudaEventRecord(side_ev, s));
-          CK(cudaStreamWaitEvent(side, side_ev, 0));
-          for (int i = 0; i < 3; ++i) CK(fn(params(i % nsets), side));
-          CK(cudaEventRecord(side_ev, side));
-          CK(cudaStreamWaitEvent(s, side_ev, 0));
-          CK(cudaStreamSynchronize(s));
+          tune_common::on_side_stream(s, side, 3, [&](int i, cudaStream_t st) { CK(fn(params(i % nsets), st)); });
         }
         c.us = tune_common::graph_us([&](int i) { CK(fn(params(i % nsets), s)); }, hot, nsets, s);
         c.gbps = float(double(nbytes) / (double(c.us) * 1e-6) / 1e9);
