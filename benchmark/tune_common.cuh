@@ -92,18 +92,24 @@ inline double copy_gbps(cudaStream_t s) {
   return gbps;
 }
 
-// call(i) for i < calls captured in one CUDA graph, replayed once untimed, then `reps` times
-// between two events: the median replay time per call, in microseconds.
+// Replay the timed graphs on the legacy default stream instead of the capture stream (as
+// benchmark/harness.py does: torch replays on its current stream, the legacy stream unless a
+// caller picked another). Set by a tune's --legacy.
+inline bool g_replay_legacy = false;
+
+// call(i) for i < calls captured in one CUDA graph on `s`, replayed once untimed, then `reps`
+// times between two events: the median replay time per call, in microseconds.
 template <typename Call>
-inline float graph_replay_us(Call&& call, int calls, int reps, cudaStream_t s) {
+inline float graph_replay_us(Call&& call, int calls, int reps, cudaStream_t capture_stream) {
+  const cudaStream_t s = g_replay_legacy ? cudaStreamLegacy : capture_stream;
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   cudaGraph_t g;
   cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CK(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < calls; ++i) call(i);
-  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaStreamEndCapture(capture_stream, &g));
   CK(cudaGraphInstantiate(&ge, g, 0));
   CK(cudaGraphLaunch(ge, s));
   CK(cudaStreamSynchronize(s));
@@ -159,7 +165,8 @@ inline float graph_us(Call&& call, bool hot, int nsets, cudaStream_t s) {
 // boundary without PDL costs about 0.18 us more on an H200 (tune_rope.cu), for the rest of the
 // process; benchmark/harness.py and every serving engine time in that state. It does not
 // explain everything: the norm rows of 128 tokens with PDL (late trigger included) read
-// 0.1 us below the bench with or without it (session 33). n = 0 does nothing.
+// 0.1 us below the bench with or without it (session 33); extra_streams below does (session 34).
+// n = 0 does nothing.
 __global__ void pollute_empty_kernel() {}
 
 // launch(i, side) for i < n on `side`, ordered after the work on `s` and before whatever `s`
@@ -192,6 +199,25 @@ inline void pollute_with(cudaStream_t s, int n, Launch&& launch, const char* wha
 
 inline void pollute(cudaStream_t s, int n) {
   pollute_with(s, n, [](cudaStream_t s2) { pollute_empty_kernel<<<1, 32, 0, s2>>>(); }, "empty");
+}
+
+// n more non-blocking streams, each running one empty kernel ordered after `s`; kept to the end
+// of the process. n < 0: -n streams created, nothing run on them. n = 0 does nothing.
+// A torch process gets there by itself: every torch.cuda.Stream() hands out the next of a pool
+// of 32 (benchmark/harness.py's _capture takes a new one per graph). Once more than 9 streams
+// have run work (16 and 64 tested; created and unused ones do not count), every CUDA-graph
+// kernel in this process reads as in the bench (H200, session 34): an empty kernel 0.40 -> 0.58
+// us, rmsnorm bf16 H=8192 T=128 1.95 -> 2.05-2.07 with its early trigger, RoPE without PDL T=16
+// 1.57 -> 1.78. CUDA_DEVICE_MAX_CONNECTIONS (1, 2, 8, 32: 0.03 us at most) and the legacy
+// default stream (nothing) do not undo it. Rank decode-row variants in this state (--streams 64).
+inline void extra_streams(cudaStream_t s, int n) {
+  const int count = n < 0 ? -n : n;
+  for (int i = 0; i < count; ++i) {
+    cudaStream_t x;
+    CK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+    if (n > 0) on_side_stream(s, x, 1, [](int, cudaStream_t st) { pollute_empty_kernel<<<1, 32, 0, st>>>(); });
+  }
+  if (n != 0) std::printf("  (%d more streams, %s)\n", count, n > 0 ? "one empty kernel each" : "unused");
 }
 
 // bf16 data from a hash of (index, seed): element i = lo + span * u, u in [0, 1) in steps of

@@ -10,7 +10,7 @@
 //   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_concat benchmark/elementwise/tune_concat_mla.cu
 //   /tmp/tune_concat    # estimated 10-20 s on an H200 (not yet run); exit status 1 on any mismatch
 //
-// Options: --no-pdl, --check-only.
+// Options: --no-pdl, --check-only, --streams N (tune_common::extra_streams first).
 //
 // Check cases: the bench layouts at every bench shape, plus concat_mla_k with 20 heads and a
 // padded output (tail blocks, token boundaries inside a thread's rows), with k_rope given per
@@ -376,6 +376,7 @@ static size_t host_check(const Layout& l, const Buffers& buf, const uint8_t* got
 
 struct Options {
   bool pdl = true, check_only = false;
+  int streams = 0;  // --streams N: tune_common::extra_streams first (a torch process's stream pools)
 };
 
 static int check_layout(Op op, const Layout& l, const Options& opt, cudaStream_t s) {
@@ -528,6 +529,8 @@ int main_impl(int argc, char** argv) {
       opt.pdl = false;
     } else if (a == "--check-only") {
       opt.check_only = true;
+    } else if (a == "--streams" && i + 1 < argc) {
+      opt.streams = std::atoi(argv[++i]);
     } else {
       std::printf("unknown argument %s (see the header comment of tune_concat_mla.cu)\n", a.c_str());
       return 2;
@@ -535,6 +538,7 @@ int main_impl(int argc, char** argv) {
   }
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  tune_common::extra_streams(s, opt.streams);
   const int l2 = tune_common::print_device();
   CK(cudaMalloc(&g_cmp, sizeof(CmpResult)));
 

@@ -18,10 +18,12 @@
 // T in {1024,32768} for H 16384), --only SUBSTR[,SUBSTR] (variant names; prod always runs),
 // --no-pdl, --out-per-set (plain op: rotate the output buffer too), --list, --pollute N
 // (tune_common::pollute first), --side-warmup (before each capture, three calls of the variant
-// on a side stream ordered by events, as benchmark/harness.py's _capture does). Neither brings
-// the 128-row rows at H=8192 to the bench's numbers (0.1 us above), and a late PDL trigger
-// reads better here than in the bench: decide trigger placements in the bench's process
-// (tools/decode_rows.py; norm.cu kVec1024EarlyRows' NOTE, session 33).
+// on a side stream ordered by events, as benchmark/harness.py's _capture does), --streams N
+// (tune_common::extra_streams first), --legacy (replay on the legacy default stream, as torch
+// does; no difference found). --streams 64 (any count from 16; 9 do nothing) reproduces the
+// bench's decode rows, which --pollute and --side-warmup do not: rank variants with it
+// (benchmark/RESULTS.md, session 34). Without it a late PDL trigger reads better here than in
+// the bench (norm.cu kVec1024EarlyRows' NOTE, session 33).
 //
 // Timing follows benchmark/harness.py, so the numbers line up with benchmark/RESULTS.md:
 // the median per-call time over R replays of a CUDA graph of N back-to-back launches (PDL on
@@ -935,6 +937,8 @@ struct Options {
   std::vector<int64_t> hs, ts;
   int pollute = 0;  // --pollute N: tune_common::pollute before anything is timed
   bool side_warmup = false;  // --side-warmup: three calls on a side stream before each capture
+  int streams = 0;           // --streams N: tune_common::extra_streams before anything is timed
+  bool legacy = false;       // --legacy: replay the graphs on the legacy default stream
   std::vector<std::string> only;
 };
 
@@ -1000,6 +1004,10 @@ int main_impl(int argc, char** argv) {
       opt.only = split(next());
     } else if (a == "--side-warmup") {
       opt.side_warmup = true;
+    } else if (a == "--streams") {
+      opt.streams = std::atoi(next());
+    } else if (a == "--legacy") {
+      opt.legacy = true;
     } else if (a == "--pollute") {
       opt.pollute = std::atoi(next());
     } else if (a == "--no-pdl") {
@@ -1041,6 +1049,9 @@ int main_impl(int argc, char** argv) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   tune_common::pollute(s, opt.pollute);
+  tune_common::extra_streams(s, opt.streams);
+  tune_common::g_replay_legacy = opt.legacy;
+  if (opt.legacy) std::printf("  (graphs replayed on the legacy default stream)\n");
   cudaStream_t side;  // --side-warmup
   CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   int dev = 0, l2 = 0, sms = 0;

@@ -6,7 +6,7 @@
 // production's against an fp64 host reference.
 //
 //   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_rope benchmark/elementwise/tune_rope.cu
-//   /tmp/tune_rope [--T 1,16,128,4096,32768] [--only SUBSTR[,SUBSTR]] [--randpos 1]
+//   /tmp/tune_rope [--T 1,16,128,4096,32768] [--only SUBSTR[,SUBSTR]] [--randpos 1] [--streams N]
 //
 // Timing as benchmark/harness.py: median per-call time over R replays of a CUDA graph of N
 // back-to-back launches; a call whose bytes fit four times in L2 reuses one buffer set
@@ -361,6 +361,7 @@ int main(int argc, char** argv) {
   // graphs replayed after such a warm-up read ~0.17 us a call slower at T=16 / 128.
   int pollute = 0;
   std::string pollute_kernel = "prod";
+  int streams = 0;  // --streams N: tune_common::extra_streams first (a torch process's stream pools)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--T") {
@@ -370,6 +371,8 @@ int main(int argc, char** argv) {
       rand_pos = std::atoi(argv[i + 1]) != 0;
     } else if (a == "--pollute") {
       pollute = std::atoi(argv[i + 1]);
+    } else if (a == "--streams") {
+      streams = std::atoi(argv[i + 1]);
     } else if (a == "--pollute-kernel") {
       pollute_kernel = argv[i + 1];
     } else if (a == "--only") {
@@ -492,6 +495,7 @@ int main(int argc, char** argv) {
 
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  tune_common::extra_streams(s, streams);
   const int l2 = tune_common::print_device();
   // Copies on the kernels' stream, waited for: a plain cudaMemcpy between device buffers can
   // return before it is done and does not order against a non-blocking stream.

@@ -12,8 +12,9 @@
 //     -o /tmp/tune_norm_quant benchmark/quantization/tune_norm_quant.cu \
 //     csrc/quantization/group_quant.cu csrc/common/runtime.cc
 //   /tmp/tune_norm_quant [--T 1,16,128,1024,4096,32768] [--H 4096,7168] [--op plain|add|group|all] [--diag 1]
-//                        [--layout row|packed] [--only PREFIX,PREFIX,...] [--pollute N]
-//   (--pollute N: the bench's process state first, tune_common::pollute in benchmark/tune_common.cuh)
+//                        [--layout row|packed] [--only PREFIX,PREFIX,...] [--pollute N] [--streams N]
+//   (--pollute N: the bench's process state first, tune_common::pollute in benchmark/tune_common.cuh;
+//   --streams N: tune_common::extra_streams, what a torch process's stream pools do to PDL rows)
 //   /tmp/tune_norm_quant --check-div    # quant.cuh's exact shortcuts against __fdiv_rn / __frcp_rn (see check_div)
 //
 // Session 20 rows: "qd early" / "qd mid" (the decode kernel's PDL trigger placements) and
@@ -1100,6 +1101,7 @@ int run(int argc, char** argv) {
   bool diag = false, norms = false;
   std::string only;  // --only P1,P2,...: the variants whose names start with one of these
   int pollute = 0;    // --pollute N: tune_common::pollute before anything is timed
+  int streams = 0;    // --streams N: tune_common::extra_streams before anything is timed
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--T")) Ts = parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--H")) Hs = parse_list(argv[i + 1]);
@@ -1108,6 +1110,7 @@ int run(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--layout")) g_packed = !std::strcmp(argv[i + 1], "packed");
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--pollute")) pollute = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--streams")) streams = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--op")) {
       const char* o = argv[i + 1];
       ops = !std::strcmp(o, "plain") ? 1 : !std::strcmp(o, "add") ? 2 : !std::strcmp(o, "group") ? 4 : 7;
@@ -1116,6 +1119,7 @@ int run(int argc, char** argv) {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   tune_common::pollute(st, pollute);
+  tune_common::extra_streams(st, streams);
   int dev = 0, l2 = 0;
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
   cudaEvent_t e0, e1;

@@ -12,7 +12,7 @@
 //
 //   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc \
 //     -o /tmp/tune_per_tensor benchmark/quantization/tune_per_tensor.cu csrc/common/runtime.cc
-//   /tmp/tune_per_tensor [--T 1,4,16,32,64,128,256,1024] [--H 4096] [--op tensor|token]
+//   /tmp/tune_per_tensor [--T 1,4,16,32,64,128,256,1024] [--H 4096] [--op tensor|token] [--streams N]
 //
 // --op token sweeps the per-token quant instead (see run_token).
 //
@@ -367,7 +367,9 @@ int main(int argc, char** argv) {
   using namespace tune;
   std::vector<int64_t> Ts = {1, 4, 16, 32, 64, 128, 256, 1024}, Hs = {4096};
   bool token = false, static_op = false;
+  int streams = 0;  // --streams N: tune_common::extra_streams first (a torch process's stream pools)
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--streams")) streams = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--T")) Ts = tune_common::parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--H")) Hs = tune_common::parse_list(argv[i + 1]);
     if (!std::strcmp(argv[i], "--op")) {
@@ -378,6 +380,7 @@ int main(int argc, char** argv) {
   tune_common::print_device();
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  tune_common::extra_streams(s, streams);
   tune_common::copy_gbps(s);
   if (token) {
     run_token(Ts, Hs, s);
