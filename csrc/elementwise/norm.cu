@@ -492,6 +492,24 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // work (arch.cuh, session 16), and --pollute / --side-warmup there did not reproduce it.
 constexpr int64_t kVec1024MidRows = 160, kVec1024EarlyRows = 192;
 
+// The plain op's 16-bit rows of 1024 vectors at 113-128 rows (trigger once the loads are issued)
+// and 161-224 rows (trigger early) take the decode kernel with 8 chunks a warp (8-byte pieces,
+// 256 threads) instead. NOTE (H200, session 34, us):
+// - tune_rmsnorm.cu --streams 64 ("dx e4k8 mid / early" against "prod", three rounds; the tune
+//   in the state of a torch process that has used more than 9 streams, where it reproduces the
+//   bench: RESULTS.md, session 34): T = 112 / 120 / 128 / 136 / 144: prod 1.91-1.93 / 1.98-1.99 /
+//   2.05-2.06 / 2.09-2.13 / 2.15-2.16, mid 1.90-1.91 / 1.94-1.95 / 1.99-2.01 / 2.12-2.13 / 2.22;
+//   T = 160 / 176 / 192 / 224 / 256: prod 2.23-2.24 / 2.31-2.32 / 2.39 / 2.54-2.56 / 2.60-2.61,
+//   early 2.22-2.23 / 2.28 / 2.32-2.33 / 2.47-2.48 / 2.64-2.65. Without the many streams the
+//   mid instance reads 2.01-2.02 at T=128 and prod 1.95-1.96: a fresh process ranks them the
+//   other way round.
+// - The bench's graphs in a torch process, HEAD's launcher against this one through ctypes,
+//   alternated over three rounds (.bundle/p34e.py), bf16 T = 120 / 128 / 136 / 176 / 192 / 224:
+//   1.97 / 2.04-2.07 / 2.11-2.19 / 2.34 / 2.39 / 2.52-2.66 against 1.95-2.02 / 2.00 / 2.14-2.21
+//   / 2.32 / 2.36 / 2.47 (with 113-136 rows); fp16 T = 128 / 192 2.05 / 2.38-2.39 against
+//   1.98-1.99 / 2.35-2.36. T = 1 / 16 / 64 / 112 / 144 / 160 / 256 unchanged (within 0.01).
+constexpr int64_t kVec1024Dec8Mid[2] = {113, 128}, kVec1024Dec8Early[2] = {161, 224};
+
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
 // NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu, /work/.device/1 run):
 // - decode, rows <= 256 (where rmsnorm_decode_kernel above does not apply): 4 vectors per
@@ -740,6 +758,21 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
   // The plain op on 16-bit rows of 1024 vectors (H=8192) takes the vector kernel's 256-thread
   // instance rather than the decode kernel (kVec1024EarlyRows' NOTE, session 33).
   const bool plain_vec1024 = !kFused && sizeof(T) == 2 && vec_ok && p.hidden == 1024 * kVec && cs < 0;
+  if constexpr (!kFused) {
+    if (plain_vec1024) {  // kVec1024Dec8Mid's NOTE
+      constexpr int kK8 = 8;
+      const dim3 grid(static_cast<uint32_t>(p.rows));
+      const dim3 block(static_cast<uint32_t>(p.hidden / (32 * kDecodeElems * kK8) * 32));
+      if (p.rows >= kVec1024Dec8Mid[0] && p.rows <= kVec1024Dec8Mid[1]) {
+        return launch_kernel(rmsnorm_decode_kernel<T, false, kGemma, false, PdlTrigger::kAfterLoads, kDecodeElems, kK8>,
+                             grid, block, 0, stream, p.enable_pdl, p, rows_inner);
+      }
+      if (p.rows >= kVec1024Dec8Early[0] && p.rows <= kVec1024Dec8Early[1]) {
+        return launch_kernel(rmsnorm_decode_kernel<T, false, kGemma, false, PdlTrigger::kEarly, kDecodeElems, kK8>,
+                             grid, block, 0, stream, p.enable_pdl, p, rows_inner);
+      }
+    }
+  }
   // A warp's share of the row: 4 chunks of 128 elements, or 2 or 1 (kDecodeShortChunksMin).
   const int chunks = decode_chunks(p.hidden);
   if (p.rows <= 256 && chunks > 0 && !plain_vec1024 && decode_aligned(p.out, p.out_rows) &&

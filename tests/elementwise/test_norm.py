@@ -176,11 +176,12 @@ CLUSTER_12K_SHAPES = [(8, 12288), (9, 12288), (16, 12288), (17, 12288), (3, 1433
 NINE_VECTOR_SHAPES = [(989, 1152), (257, 2304), (16411, 2304), (300, 2176), (257, 6272), (16384, 1152)]
 # Decode rows of exactly 1024 16-byte vectors in 16-bit types (H=8192) take the vector kernel's
 # 256-thread instances, the PDL trigger by rows (norm.cu kVec1024MidRows and kVec1024EarlyRows:
-# the fused op after the loads to 160 rows, both ops early to 192, late to 256): the row counts
-# on either side of each switch. fp32 rows of 1024 vectors (H=4096) take the decode kernel at
-# the same row counts.
-VEC1024_SHAPES = [(160, 8192), (161, 8192), (192, 8192), (193, 8192), (256, 8192), (160, 4096), (161, 4096),
-                  (193, 4096)]
+# the fused op after the loads to 160 rows, both ops early to 192, late to 256), but for the
+# plain ops' 113-128 and 161-224 rows, which take the decode kernel with 8 chunks a warp
+# (kVec1024Dec8Mid, kVec1024Dec8Early): the row counts on either side of each switch. fp32 rows
+# of 1024 vectors (H=4096) take the decode kernel at the same row counts.
+VEC1024_SHAPES = [(112, 8192), (113, 8192), (128, 8192), (129, 8192), (160, 8192), (161, 8192), (192, 8192),
+                  (193, 8192), (224, 8192), (225, 8192), (256, 8192), (160, 4096), (161, 4096), (193, 4096)]
 
 
 # From 16384 rows (norm.cu): the fused ops take the two-pass kernel (rmsnorm_twopass_kernel) on
