@@ -245,11 +245,12 @@ int sm_count() {
   return device_sm_count(device);
 }
 
-// The two-kernel path (dynamic) up to this many vectors: the maximum kernel gives each thread
-// two vectors (at least kFewVecBlocks blocks), the code kernel one. Past it, kUnroll vectors a
-// thread in both, the codes with plain loads (the maximum keeps ld.global.nc below
-// kPlainLoadBytes). NOTE (H200, session 17, tune_per_tensor.cu "xB pl|nc uU", bf16 H=4096, us
-// at T = 32 / 64 / 128 / 256 / 1024 / 4096, the code kernel loading before its PDL wait):
+// The two-kernel path (dynamic) up to this many vectors: the maximum kernel on kFewVecBlocks
+// blocks (session 34, below; two vectors a thread and at least 64 blocks before), the code
+// kernel one vector a thread. Past it, kUnroll vectors a thread in both, the codes with plain
+// loads (the maximum keeps ld.global.nc below kPlainLoadBytes). NOTE (H200, session 17,
+// tune_per_tensor.cu "xB pl|nc uU", bf16 H=4096, us at T = 32 / 64 / 128 / 256 / 1024 / 4096,
+// the code kernel loading before its PDL wait):
 // before (the maximum on num_vec / 1024 blocks, the codes one vector a thread below 132 * 1024
 // vectors, ld.global.nc below 256 MiB) 2.08 / 2.29 / 2.62 / 3.16 / 6.11 / 20.5; maximum on 64 /
 // 64 / 128 blocks, codes one vector a thread: 1.96 / 2.15 / 2.36 (on 32 / 128 / 256 blocks:
@@ -257,8 +258,22 @@ int sm_count() {
 // 4096 2.73 / 4.98 / 17.4 (ld.global.nc: 2.99 / 6.11 / 20.1; one vector a thread at T = 256:
 // 3.18). The maximum kernel with plain loads too: 2.74 / 5.00 / 17.2, and at H=7168 T=4096
 // 37.6 against 35.8.
+// Session 34 (H200, tune_per_tensor.cu --streams 64: the state of a torch process that has used
+// more than 9 streams, where the bench's numbers are reproduced; RESULTS.md), three rounds, us
+// at T = 32 / 64 / 96 / 128: the maximum on 64 blocks ("two64") 1.99-2.00 / 2.03-2.04 / 2.11-2.12 /
+// 2.28-2.29 against production's 64 / 64 / 96 / 128 blocks 2.00-2.01 / 2.03-2.04 / 2.12-2.14 /
+// 2.36-2.38. So up to kFewVec items the maximum runs on kFewVecBlocks blocks (one block per
+// kThreads items below 64 such blocks' worth); before, 65-128 blocks from 32768 items. (Without
+// the many streams 64 and 128 blocks read the same at T=128: 2.60-2.61.)
 constexpr int64_t kFewVec = 65536;  // 1 MiB of bf16
 constexpr int kFewVecBlocks = 64;
+// The dynamic code kernel takes one vector a thread (ld.global.nc) up to this many vectors, past
+// kFewVec too. NOTE (H200, session 34, tune_per_tensor.cu --streams 64, two rounds, bf16 H=4096,
+// us at T = 192 / 256 / 384 / 512 / 1024 / 2048): production then (kUnroll vectors a thread,
+// plain loads, past kFewVec) 2.73-2.75 / 3.02 / 3.42-3.43 / 3.92 / 5.29-5.32 / 8.30, one vector a
+// thread ("x0 nc u1") 2.42-2.43 / 2.75 / 3.16 / 3.42-3.43 / 5.76 / 9.33. (Session 17, without
+// the many streams, had read T=256 the other way round: 3.18 against 2.73.)
+constexpr int64_t kOneVecCodes = 4 * kFewVec;  // 4 MiB of bf16
 
 // Dynamic: the maximum folded into scale[0] by an atomic; then the codes (below).
 template <typename T, LoadPolicy kLoad = LoadPolicy::kStream, bool kPeel = false>
@@ -268,11 +283,8 @@ cudaError_t launch_amax(const TensorQuantParams<T>& p, int64_t num_vec, cudaStre
   // Enough blocks to fill the GPU (at most 8 per SM), few enough that the atomics stay
   // negligible; a thread's items (vectors, or tail elements of a misaligned tensor).
   const int64_t items = kPeel ? num_vec : std::max(num_vec, p.numel - num_vec * kVec);
-  const int64_t per_block = kThreads * (items <= kFewVec ? 2 : kUnroll);
-  int64_t want = ceil_div<int64_t>(items, per_block);
-  if (items <= kFewVec) {
-    want = std::max<int64_t>(want, std::min<int64_t>(kFewVecBlocks, ceil_div<int64_t>(items, kThreads)));
-  }
+  int64_t want = ceil_div<int64_t>(items, kThreads * kUnroll);
+  if (items <= kFewVec) want = std::min<int64_t>(kFewVecBlocks, ceil_div<int64_t>(items, kThreads));
   const uint32_t blocks = force_blocks > 0 ? force_blocks
                                            : static_cast<uint32_t>(std::clamp<int64_t>(want, 1, int64_t{sms} * 8));
   return launch_kernel(tensor_amax_kernel<T, kLoad, kPeel>, dim3(blocks), dim3(kThreads), 0, stream, p.enable_pdl, p,
@@ -298,7 +310,7 @@ cudaError_t launch_codes(const TensorQuantParams<T>& p, int64_t num_vec, cudaStr
   // NOTE: small tensors get one vector per thread, so that they spread over more SMs; below 64
   // KB of input, 4-byte vectors (16-bit types) or 8-byte ones (fp32) over more threads (as
   // the activations' decode shapes, activation.cu).
-  if (p.dynamic ? num_vec <= kFewVec : num_vec < int64_t{132} * kThreads * kUnroll) {
+  if (p.dynamic ? num_vec <= kOneVecCodes : num_vec < int64_t{132} * kThreads * kUnroll) {
     constexpr int kNarrow = 2;  // elements: a 4-byte vector (8 bytes for fp32)
     const bool narrow_ok = reinterpret_cast<uintptr_t>(p.input) % (kNarrow * sizeof(T)) == 0 &&
                            reinterpret_cast<uintptr_t>(p.output_q) % kNarrow == 0;

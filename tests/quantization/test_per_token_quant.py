@@ -320,8 +320,10 @@ def test_per_tensor_plain_load_path(is_static, gen):
 # Sizes at the launchers' limits. Dynamic: one block does both passes up to 1024 vectors of 16
 # bytes (elements per vector: 8 for 16-bit types, 4 for fp32); on sm90+ one cluster of 2-16
 # blocks of 256 threads up to 8192 vectors (one vector a thread up to 4096, then two); two
-# kernels beyond (without clusters from 2048 vectors on); the two-kernel path changes its block
-# counts, vectors a thread and loads past 65536 vectors (kFewVec). Both modes:
+# kernels beyond (without clusters from 2048 vectors on); the two-kernel path's maximum runs on
+# 64 blocks from 16384 to 65536 vectors (kFewVec; "few_mid": 40001, up to 3 vectors a thread)
+# and changes its block counts, vectors a thread and loads past 65536; the dynamic code kernel
+# takes one vector a thread up to 262144 (kOneVecCodes), more beyond. Both modes:
 # below 64 KB of input the code kernel uses 2-element vectors. "tail": numel % vector != 0
 # (scalar tail); "misaligned": the input starts one element past a 16-byte boundary (one
 # block, element by element, up to 1024 elements; beyond, the peeled two-kernel path: 16-byte
@@ -333,8 +335,9 @@ def _small_numel(dtype) -> int:
 
 
 SIZE_CASES = ["cap", "cap+vec", "cap-1", "small+tail", "narrow_max", "misaligned", "misaligned_big", "block_max",
-              "cluster_min", "cluster_v2", "cluster+tail", "cluster_max", "cluster_max+vec", "few_max",
-              "few_max+tail", "misaligned_many", "misaligned_grid", "misaligned_pairs"]
+              "cluster_min", "cluster_v2", "cluster+tail", "cluster_max", "cluster_max+vec", "few_mid", "few_max",
+              "few_max+tail", "one_vec_max", "one_vec_max+vec", "misaligned_many", "misaligned_grid",
+              "misaligned_pairs"]
 
 
 @pytest.mark.parametrize("case", SIZE_CASES)
@@ -361,8 +364,11 @@ def test_per_tensor_sizes(dtype, mode, where, case, gen):
         "cluster+tail": (5000 * vec + 3, 0),
         "cluster_max": (8192 * vec, 0),
         "cluster_max+vec": (8193 * vec, 0),
+        "few_mid": (40001 * vec, 0),
         "few_max": (65536 * vec, 0),
         "few_max+tail": (65537 * vec + 3, 0),
+        "one_vec_max": (262144 * vec, 0),
+        "one_vec_max+vec": (262145 * vec, 0),
         "misaligned_many": (70001, 1),
         "misaligned_grid": ((1 << 20) + 5, 1),
         "misaligned_pairs": (300001, 2),
