@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
 // Decode kernel (<= 256 rows, hidden a multiple of 512 up to 8192 (fused: 7168), pointers and
 // row strides aligned to 4 elements): a block per row in the decode layout of sgl_kernel/row_norm.cuh
 // (warp w: four 128-element chunks, 8-byte vectors of 16-bit types, 16-byte of fp32; kK = 2 or 1
-// chunks for rows of a multiple of 256 or 128 elements from 1024: decode_chunks).
+// chunks for rows of a multiple of 256 or 128 elements from 1024: decode_chunks; kK = 8 for
+// 16-bit rows of 6144-8192 at some row counts, the fused op's 8192 included: kDec8Rows).
 // NOTE (H200, bf16, PDL on; benchmark/quantization/tune_norm_quant.cu --norms 1, "n4k4"
 // against "rmsnorm" = the vector kernel below): rmsnorm T=1/16/128 H=4096 1.18/1.25/1.57 us
 // (1.27/1.34/1.70), H=7168 1.49/1.58/2.03 (1.56/1.62/2.13), H=8192 1.52/1.63/2.14 (1.57/1.67/
@@ -489,26 +490,68 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 // 1.72 / 1.91 / 2.58 -> 1.60 / 1.77 / 2.40, plain 1.31 / 1.40 / 2.05 -> 1.29 / 1.38 / 2.04.)
 // tune_rmsnorm.cu ("kv t256 ...") ranked the late trigger first
 // at every row count: a fresh process does not pay what a late trigger costs after side-stream
-// work (arch.cuh, session 16), and --pollute / --side-warmup there did not reproduce it.
+// work (arch.cuh, session 16), and --pollute / --side-warmup there did not reproduce it;
+// --streams 64 does (session 34: kDec8Rows' NOTE).
 constexpr int64_t kVec1024MidRows = 160, kVec1024EarlyRows = 192;
 
-// The plain op's 16-bit rows of 1024 vectors at 113-128 rows (trigger once the loads are issued)
-// and 161-224 rows (trigger early) take the decode kernel with 8 chunks a warp (8-byte pieces,
-// 256 threads) instead. NOTE (H200, session 34, us):
-// - tune_rmsnorm.cu --streams 64 ("dx e4k8 mid / early" against "prod", three rounds; the tune
-//   in the state of a torch process that has used more than 9 streams, where it reproduces the
-//   bench: RESULTS.md, session 34): T = 112 / 120 / 128 / 136 / 144: prod 1.91-1.93 / 1.98-1.99 /
-//   2.05-2.06 / 2.09-2.13 / 2.15-2.16, mid 1.90-1.91 / 1.94-1.95 / 1.99-2.01 / 2.12-2.13 / 2.22;
-//   T = 160 / 176 / 192 / 224 / 256: prod 2.23-2.24 / 2.31-2.32 / 2.39 / 2.54-2.56 / 2.60-2.61,
-//   early 2.22-2.23 / 2.28 / 2.32-2.33 / 2.47-2.48 / 2.64-2.65. Without the many streams the
-//   mid instance reads 2.01-2.02 at T=128 and prod 1.95-1.96: a fresh process ranks them the
-//   other way round.
-// - The bench's graphs in a torch process, HEAD's launcher against this one through ctypes,
-//   alternated over three rounds (.bundle/p34e.py), bf16 T = 120 / 128 / 136 / 176 / 192 / 224:
-//   1.97 / 2.04-2.07 / 2.11-2.19 / 2.34 / 2.39 / 2.52-2.66 against 1.95-2.02 / 2.00 / 2.14-2.21
-//   / 2.32 / 2.36 / 2.47 (with 113-136 rows); fp16 T = 128 / 192 2.05 / 2.38-2.39 against
-//   1.98-1.99 / 2.35-2.36. T = 1 / 16 / 64 / 112 / 144 / 160 / 256 unchanged (within 0.01).
-constexpr int64_t kVec1024Dec8Mid[2] = {113, 128}, kVec1024Dec8Early[2] = {161, 224};
+// Decode rows of 16-bit types that take the decode kernel with 8 chunks a warp (a warp a
+// 1024-element slice of the row in 8-byte pieces: 6 / 7 / 8 warps at H = 6144 / 7168 / 8192)
+// instead of the kernel they took before (the decode kernel's 4 chunks a warp below H=8192 and
+// for the plain op at H=8192 in session 32, the vector kernel's 256-thread instances at H=8192),
+// by op, row length and rows, with the PDL trigger once the loads are issued (mid) or early.
+// NOTE (H200, session 34, us):
+// - tune_rmsnorm.cu --streams 64 ("dx e4k8 mid / early" against "prod"; the tune in the state
+//   of a torch process that has used more than 9 streams, where it reproduces the bench:
+//   RESULTS.md, session 34), plain H=8192, three rounds: T = 112 / 120 / 128 / 136 / 144: prod
+//   1.91-1.93 / 1.98-1.99 / 2.05-2.06 / 2.09-2.13 / 2.15-2.16, mid 1.90-1.91 / 1.94-1.95 /
+//   1.99-2.01 / 2.12-2.13 / 2.22; T = 160 / 176 / 192 / 224 / 256: prod 2.23-2.24 / 2.31-2.32 /
+//   2.39 / 2.54-2.56 / 2.60-2.61, early 2.22-2.23 / 2.28 / 2.32-2.33 / 2.47-2.48 / 2.64-2.65.
+//   Without the many streams the mid instance reads 2.01-2.02 at T=128 and prod 1.95-1.96: a
+//   fresh process ranks them the other way round.
+// - The same, early trigger, two rounds, T = 64 / 96 / 128 / 160 / 192 / 208 / 224 / 240 / 256:
+//   plain H=7168 prod 1.56 / 1.75-1.76 / 1.95 / 2.12 / 2.29 / 2.62 / 2.61 / 2.59 / 2.63-2.64,
+//   early 1.56 / 1.72 / 1.90 / 2.08 / 2.18-2.19 / 2.25-2.26 / 2.33 / 2.37-2.38 / 2.45-2.46;
+//   plain H=6144 prod 1.48 / 1.64 / 1.83 / 1.89-1.90 / 2.13 / 2.11 / 2.27-2.28 / 2.34 /
+//   2.45-2.46, early 1.48 / 1.62 / 1.80 / 1.91 / 2.06 / 2.11 / 2.18 / 2.23 / 2.32;
+//   fused H=8192 prod 1.86-1.87 / 2.06 / 2.37 / 2.81-2.82 / 2.82 / 3.09-3.14 / 3.17 / 5.58 /
+//   5.80, early 1.96 / 2.14-2.15 / 2.42 / 2.85 / 2.88-2.89 / 2.95 / 3.02-3.03 / 5.54-5.58 /
+//   5.86-5.88 (240 and 256 rows rotate out of L2); fused H=7168 prod 1.80 / 1.98-1.99 / 2.17 /
+//   2.56 / 2.62 / 3.29-3.30 / 4.16 / 4.37-4.38 / 4.53-4.54, early 1.83 / 2.02-2.03 / 2.27 /
+//   2.61 / 2.66 / 2.72 / 2.78 / 2.84 / 2.98; fused H=6144 prod 1.66-1.67 / 1.82-1.83 / 2.02-2.03
+//   / 2.33 / 2.40 / 2.46 / 2.58 / 2.69 / 2.81, early 1.73-1.74 / 1.89 / 2.07-2.08 / 2.29-2.30 /
+//   2.37-2.38 / 2.48 / 2.52-2.53 / 2.60 / 2.72. H=5120 was mixed (plain) or slower (fused but
+//   at 256 rows) and H=4096 slower: not taken.
+// - The bench's graphs in a torch process, the launcher before against this one through ctypes,
+//   alternated over three rounds (.bundle/p34e.py; bf16 unless said):
+//   - plain H=8192 T = 120 / 128 / 176 / 224: 1.97 / 2.04 / 2.32 / 2.51 against 1.95-1.96 / 2.00
+//     / 2.26-2.27 / 2.48-2.49; fp16 T = 128 / 192 2.02 / 2.39 against 1.99-2.00 / 2.31-2.32;
+//     T = 1 / 16 / 112 / 129 / 256 within 0.01;
+//   - plain H=7168 T = 96 / 128 / 192 / 256: 1.74 / 1.93 / 2.26 / 2.61 against 1.71-1.72 / 1.88 /
+//     2.19-2.20 / 2.46 (fp16 T=128 1.93 against 1.86-1.87); H=6144 T = 192 / 256: 2.11 / 2.31
+//     against 2.04 / 2.30;
+//   - fused H=8192 T = 208 / 224: 3.10-3.11 / 3.11-3.13 against 2.95 / 3.01; H=7168 T = 208 /
+//     256: 3.40-3.80 / 4.52 against 2.73 / 3.02 (fp16 T=256 4.59 against 2.98); H=6144 T = 224 /
+//     256: 2.58 / 2.74 against 2.52 / 2.76 (the one row that reads slower, by 0.02, where the tune
+//     read 2.81 against 2.72);
+//   - outside the rows (controls) within 0.01: plain H=7168 T=64, H=6144 T=160, fused H=8192
+//     T=192, H=7168 T=192, H=6144 T=208.
+struct Dec8Rows {
+  bool fused;
+  int64_t hidden, first, last;  // rows first .. last
+  bool mid;                     // the trigger once the loads are issued (else early)
+};
+constexpr Dec8Rows kDec8Rows[] = {{false, 8192, 113, 128, true}, {false, 8192, 161, 224, false},
+                                  {false, 7168, 96, 256, false}, {false, 6144, 192, 256, false},
+                                  {true, 8192, 208, 224, false},  {true, 7168, 208, 256, false},
+                                  {true, 6144, 224, 256, false}};
+
+// 0: not a kDec8Rows case; 1: the early trigger; 2: the trigger once the loads are issued.
+int dec8_rows(bool fused, int64_t hidden, int64_t rows) {
+  for (const Dec8Rows& d : kDec8Rows) {
+    if (d.fused == fused && d.hidden == hidden && rows >= d.first && rows <= d.last) return d.mid ? 2 : 1;
+  }
+  return 0;
+}
 
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
 // NOTE (H200, bf16, PDL on; benchmark/elementwise/tune_rmsnorm.cu, /work/.device/1 run):
@@ -758,26 +801,29 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
   // The plain op on 16-bit rows of 1024 vectors (H=8192) takes the vector kernel's 256-thread
   // instance rather than the decode kernel (kVec1024EarlyRows' NOTE, session 33).
   const bool plain_vec1024 = !kFused && sizeof(T) == 2 && vec_ok && p.hidden == 1024 * kVec && cs < 0;
-  if constexpr (!kFused) {
-    if (plain_vec1024) {  // kVec1024Dec8Mid's NOTE
+  const bool dec_aligned = decode_aligned(p.out, p.out_rows) && decode_aligned(p.input, p.input_rows) &&
+                           decode_aligned(p.weight, RowStrides{0, 0}) &&
+                           (!kFused || decode_aligned(p.residual, p.residual_rows));
+  if constexpr (sizeof(T) == 2) {
+    const int dec8 = cs < 0 && dec_aligned ? dec8_rows(kFused, p.hidden, p.rows) : 0;
+    if (dec8 != 0) {  // kDec8Rows' NOTE
       constexpr int kK8 = 8;
       const dim3 grid(static_cast<uint32_t>(p.rows));
       const dim3 block(static_cast<uint32_t>(p.hidden / (32 * kDecodeElems * kK8) * 32));
-      if (p.rows >= kVec1024Dec8Mid[0] && p.rows <= kVec1024Dec8Mid[1]) {
-        return launch_kernel(rmsnorm_decode_kernel<T, false, kGemma, false, PdlTrigger::kAfterLoads, kDecodeElems, kK8>,
-                             grid, block, 0, stream, p.enable_pdl, p, rows_inner);
+      if constexpr (!kFused) {
+        if (dec8 == 2) {
+          return launch_kernel(
+              rmsnorm_decode_kernel<T, false, kGemma, false, PdlTrigger::kAfterLoads, kDecodeElems, kK8>, grid,
+              block, 0, stream, p.enable_pdl, p, rows_inner);
+        }
       }
-      if (p.rows >= kVec1024Dec8Early[0] && p.rows <= kVec1024Dec8Early[1]) {
-        return launch_kernel(rmsnorm_decode_kernel<T, false, kGemma, false, PdlTrigger::kEarly, kDecodeElems, kK8>,
-                             grid, block, 0, stream, p.enable_pdl, p, rows_inner);
-      }
+      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, PdlTrigger::kEarly, kDecodeElems, kK8>,
+                           grid, block, 0, stream, p.enable_pdl, p, rows_inner);
     }
   }
   // A warp's share of the row: 4 chunks of 128 elements, or 2 or 1 (kDecodeShortChunksMin).
   const int chunks = decode_chunks(p.hidden);
-  if (p.rows <= 256 && chunks > 0 && !plain_vec1024 && decode_aligned(p.out, p.out_rows) &&
-      decode_aligned(p.input, p.input_rows) && decode_aligned(p.weight, RowStrides{0, 0}) &&
-      (!kFused || decode_aligned(p.residual, p.residual_rows))) {
+  if (p.rows <= 256 && chunks > 0 && !plain_vec1024 && dec_aligned) {
     if (cs < 0) cs = decode_cluster_blocks(p.rows, p.hidden, kFused);
     if (cs > 1 && chunks == kDecodeChunks && p.hidden % (int64_t{kDecodeRowElems} * cs) == 0) {
       constexpr auto kernel = rmsnorm_decode_kernel<T, kFused, kGemma, true>;

@@ -176,12 +176,15 @@ CLUSTER_12K_SHAPES = [(8, 12288), (9, 12288), (16, 12288), (17, 12288), (3, 1433
 NINE_VECTOR_SHAPES = [(989, 1152), (257, 2304), (16411, 2304), (300, 2176), (257, 6272), (16384, 1152)]
 # Decode rows of exactly 1024 16-byte vectors in 16-bit types (H=8192) take the vector kernel's
 # 256-thread instances, the PDL trigger by rows (norm.cu kVec1024MidRows and kVec1024EarlyRows:
-# the fused op after the loads to 160 rows, both ops early to 192, late to 256), but for the
-# plain ops' 113-128 and 161-224 rows, which take the decode kernel with 8 chunks a warp
-# (kVec1024Dec8Mid, kVec1024Dec8Early): the row counts on either side of each switch. fp32 rows
-# of 1024 vectors (H=4096) take the decode kernel at the same row counts.
+# the fused op after the loads to 160 rows, both ops early to 192, late to 256), but where
+# norm.cu's kDec8Rows sends 16-bit rows of 6144-8192 to the decode kernel with 8 chunks a warp
+# (plain 8192: 113-128 and 161-224 rows, 7168: 96-256, 6144: 192-256; fused 8192: 208-224,
+# 7168: 208-256, 6144: 224-256): the row counts on either side of each switch. fp32 rows of
+# 1024 vectors (H=4096) take the decode kernel at the same row counts.
 VEC1024_SHAPES = [(112, 8192), (113, 8192), (128, 8192), (129, 8192), (160, 8192), (161, 8192), (192, 8192),
-                  (193, 8192), (224, 8192), (225, 8192), (256, 8192), (160, 4096), (161, 4096), (193, 4096)]
+                  (193, 8192), (207, 8192), (208, 8192), (224, 8192), (225, 8192), (256, 8192), (160, 4096),
+                  (161, 4096), (193, 4096), (95, 7168), (96, 7168), (207, 7168), (208, 7168), (256, 7168),
+                  (191, 6144), (192, 6144), (223, 6144), (224, 6144)]
 
 
 # From 16384 rows (norm.cu): the fused ops take the two-pass kernel (rmsnorm_twopass_kernel) on
@@ -297,10 +300,11 @@ def test_large_values_fp16(op, hidden, gen):
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 @pytest.mark.parametrize(
     "shape",
-    # decode kernel; vector kernel (1024-vector decode rows, each PDL trigger of them; many
-    # rows); two-pass and exact-row kernels (>= 16384 rows); the scalar path
-    [(16, 4096), (16, 7168), (16, 8192), (170, 8192), (200, 8192), (300, 4096), (16384, 2048), (16384, 8192),
-     (7, 111)],
+    # decode kernel (8 chunks a warp: 208 rows of 7168 and 8192, norm.cu kDec8Rows); vector kernel
+    # (1024-vector decode rows, each PDL trigger of them; many rows); two-pass and exact-row
+    # kernels (>= 16384 rows); the scalar path
+    [(16, 4096), (16, 7168), (208, 7168), (208, 8192), (16, 8192), (170, 8192), (200, 8192), (300, 4096),
+     (16384, 2048), (16384, 8192), (7, 111)],
     ids=_ids,
 )
 def test_fused_residual_any_bits(op, dtype, shape, gen):
