@@ -362,6 +362,33 @@ Variant decode_trigger_variant(int64_t rows, int64_t hidden) {
   return decode_shape_variant(kTrig == PdlTrigger::kEarly ? "qd early" : "qd mid", rows, hidden, kKernels);
 }
 
+// Session 34: norm_quant.cu's decode kernel with kK groups a warp (8: half the warps of the
+// default 4, as norm.cu's rows of 8192 at 113-128 rows) and the trigger kTrig, the norm ops
+// only. Rows "qd kN early|mid".
+template <int kK, PdlTrigger kTrig>
+Variant decode_k_variant(int64_t rows, int64_t hidden) {
+  static constexpr DecodeKernel kKernels[2][2] = {
+      {norm_quant_decode_kernel<T, false, DecodeScales::kRowF32, true, false, 1, kTrig, kK>,
+       norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, true, false, 1, kTrig, kK>},
+      {norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, kTrig, kK>,
+       norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kTrig, kK>}};
+  Variant v;
+  v.name = "qd k" + std::to_string(kK) + (kTrig == PdlTrigger::kEarly ? " early" : " mid");
+  for (int a = 0; a < 2; ++a) {
+    const DecodeKernel row_k = kKernels[a][0], packed_k = kKernels[a][1];
+    v.fused[a] = [=](const Set& b, cudaStream_t s) {
+      const int64_t per_warp = int64_t{kDecodeGroup} * kK;
+      if (rows > 256 || hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) {
+        return cudaErrorNotSupported;
+      }
+      const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
+      return launch_kernel(g_packed ? packed_k : row_k, grid, block, 0, s, true, params(b, rows, hidden, a == 1));
+    };
+  }
+  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  return v;
+}
+
 // Session 25: norm_quant.cu's decode kernel (one block a row, kK groups a warp, trigger right
 // after the wait) at any row count, against the vector kernel's shapes for many rows. Rows
 // "qd many kN".
@@ -1288,6 +1315,8 @@ int run(int argc, char** argv) {
         vs.push_back(decode_many_variant<1>(Tn, H));
         vs.push_back(decode_trigger_variant<PdlTrigger::kEarly>(Tn, H));
         vs.push_back(decode_trigger_variant<PdlTrigger::kAfterLoads>(Tn, H));
+        vs.push_back(decode_k_variant<8, PdlTrigger::kEarly>(Tn, H));
+        vs.push_back(decode_k_variant<8, PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(diag_decode_variant<0>(Tn, H));
         vs.push_back(diag_decode_variant<8>(Tn, H));
         vs.push_back(diag_decode_variant<227>(Tn, H));

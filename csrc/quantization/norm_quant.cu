@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   constexpr int kElems = 4;  // elements of a group a lane holds: 8 bytes of 16-bit input, 16 of fp32
   using V = Vec<T, kElems>;
   static_assert(!kPieces || (!kNorm && !kCluster && kSplit == 1), "pieces: the plain quant (no row-wide sum)");
-  static_assert(kK == 1 || kK == 2 || kK == 4, "groups a warp: a power of two up to 4");
+  static_assert(kK == 1 || kK == 2 || kK == 4 || kK == 8, "groups a warp: a power of two up to 8");
   static_assert(kK == kDecodeGroupsPerLane || (!kCluster && kSplit == 1),
                 "2 or 1 groups a warp: one block a row, or pieces of the plain quant");
   static_assert(kNorm || !kCluster, "clusters share a row's sum of squares");
