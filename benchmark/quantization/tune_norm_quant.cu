@@ -329,15 +329,17 @@ Variant decode_norm_variant(int64_t rows, int64_t hidden) {
 }
 
 // A variant launching one of four kernels (indexed [fused][packed UE8M0 scales]) in the decode
-// kernel's shape: one block a row, one warp per 512 elements (no split, no cluster).
+// kernel's shape: one block a row, one warp per `groups` groups (512 elements by default; no
+// split, no cluster).
 using DecodeKernel = void (*)(RowQuantParams<T>);
-Variant decode_shape_variant(std::string name, int64_t rows, int64_t hidden, const DecodeKernel (&kernels)[2][2]) {
+Variant decode_shape_variant(std::string name, int64_t rows, int64_t hidden, const DecodeKernel (&kernels)[2][2],
+                             int groups = kDecodeGroupsPerLane) {
   Variant v;
   v.name = std::move(name);
   for (int a = 0; a < 2; ++a) {
     const DecodeKernel row_k = kernels[a][0], packed_k = kernels[a][1];
     v.fused[a] = [=](const Set& b, cudaStream_t s) {
-      const int64_t per_warp = int64_t{kDecodeGroup} * kDecodeGroupsPerLane;
+      const int64_t per_warp = int64_t{kDecodeGroup} * groups;
       if (rows > 256 || hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) {
         return cudaErrorNotSupported;
       }
@@ -372,21 +374,8 @@ Variant decode_k_variant(int64_t rows, int64_t hidden) {
        norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, true, false, 1, kTrig, kK>},
       {norm_quant_decode_kernel<T, true, DecodeScales::kRowF32, true, false, 1, kTrig, kK>,
        norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kTrig, kK>}};
-  Variant v;
-  v.name = "qd k" + std::to_string(kK) + (kTrig == PdlTrigger::kEarly ? " early" : " mid");
-  for (int a = 0; a < 2; ++a) {
-    const DecodeKernel row_k = kKernels[a][0], packed_k = kKernels[a][1];
-    v.fused[a] = [=](const Set& b, cudaStream_t s) {
-      const int64_t per_warp = int64_t{kDecodeGroup} * kK;
-      if (rows > 256 || hidden % per_warp != 0 || hidden / per_warp * 32 > kDecodeMaxThreads) {
-        return cudaErrorNotSupported;
-      }
-      const dim3 grid(static_cast<uint32_t>(rows)), block(static_cast<uint32_t>(hidden / per_warp * 32));
-      return launch_kernel(g_packed ? packed_k : row_k, grid, block, 0, s, true, params(b, rows, hidden, a == 1));
-    };
-  }
-  v.fused[2] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
-  return v;
+  return decode_shape_variant("qd k" + std::to_string(kK) + (kTrig == PdlTrigger::kEarly ? " early" : " mid"), rows,
+                              hidden, kKernels, kK);
 }
 
 // Session 25: norm_quant.cu's decode kernel (one block a row, kK groups a warp, trigger right
