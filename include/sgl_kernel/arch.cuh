@@ -50,6 +50,13 @@
 // Session 33: the stand-alone tunes still rank a late trigger above where the bench's process
 // does (norm.cu's 1024-vector rows: kVec1024EarlyRows' NOTE), even after a side-stream warm-up
 // in the tune; decide placements in the bench's process.
+// Session 34: what the bench's process has that the tunes lacked is streams. Once more than 9
+// streams have run work (a torch process gets there by itself: every torch.cuda.Stream() hands
+// out the next of a pool of 32), every CUDA-graph kernel reads slower, with or without PDL (an
+// empty kernel 0.40 -> 0.58 us; rmsnorm bf16 H=8192 T=128 1.95 -> 2.05-2.07; RoPE without PDL
+// T=16 1.57 -> 1.78), by amounts that depend on the kernel and its trigger, so rankings change.
+// tune_common::extra_streams (the tunes' --streams 64) puts a tune in that state and reproduces
+// the bench's decode rows; rank placements and shapes there (benchmark/RESULTS.md, session 34).
 namespace sgl_kernel {
 enum class PdlTrigger { kEarly, kAfterLoads, kLate };
 }  // namespace sgl_kernel
