@@ -4,7 +4,7 @@
 // in its launch_typed quotes the H200 numbers of this sweep).
 //
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Icsrc \
-//        benchmark/elementwise/tune_act_and_mul.cu -o /tmp/tune && /tmp/tune [--rounds N]
+//        benchmark/elementwise/tune_act_and_mul.cu -o /tmp/tune && /tmp/tune [--rounds N] [--streams N]
 //
 // Prints GB/s (input read + output write) per variant at prefill shapes (inputs rotated so
 // nothing is served from L2) and per-launch time inside a CUDA graph at decode shapes; with
@@ -404,6 +404,9 @@ int main(int argc, char** argv) {
   bool decode_only = false;  // --decode-only: skip the prefill GB/s section
   for (int a = 1; a < argc; ++a)
     if (std::string(argv[a]) == "--decode-only") decode_only = true;
+  int streams = 0;  // --streams N: tune_common::extra_streams first (the bench's process state)
+  for (int a = 1; a + 1 < argc; ++a)
+    if (std::string(argv[a]) == "--streams") streams = std::atoi(argv[a + 1]);
   // The four launch shapes of activation.cu first (the one-vector ones as before session 19,
   // read-only loads without kPin; production's kPin instances are the "x.. pin" rows at the
   // end), then alternatives; every variant of this list computes production's silu (the
@@ -484,6 +487,7 @@ int main(int argc, char** argv) {
   decode.insert(decode.end(), others.begin(), others.end());
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
+  tune_common::extra_streams(s, streams);
   CK(cudaDeviceGetAttribute(&g_num_sms, cudaDevAttrMultiProcessorCount, 0));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));

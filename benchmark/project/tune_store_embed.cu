@@ -9,7 +9,8 @@
 //   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_se benchmark/project/tune_store_embed.cu
 //   /tmp/tune_se    # estimated 20-40 s on an H200; exit status 1 on any mismatch
 //
-// Options: --op store|embed (default both), --no-pdl, --check-only.
+// Options: --op store|embed (default both), --no-pdl, --check-only, --streams N
+// (tune_common::extra_streams first: the bench's process state).
 //
 // Check (every variant, before any timing): outputs byte for byte equal to old's, and old's
 // equal to a naive byte-per-thread reference. Random bytes as data; every output buffer starts
@@ -414,6 +415,7 @@ static void upload(Buf& b, const std::vector<T>& v, size_t lead, cudaStream_t s)
 
 struct Options {
   bool store = true, embed = true, pdl = true, check_only = false;
+  int streams = 0;  // --streams N
 };
 
 // ---------------------------------------------------------------------------------------
@@ -914,6 +916,8 @@ int main_impl(int argc, char** argv) {
       opt.pdl = false;
     } else if (a == "--check-only") {
       opt.check_only = true;
+    } else if (a == "--streams" && i + 1 < argc) {
+      opt.streams = std::atoi(argv[++i]);
     } else {
       std::printf("unknown argument %s (see the header comment of tune_store_embed.cu)\n", a.c_str());
       return 2;
@@ -921,6 +925,7 @@ int main_impl(int argc, char** argv) {
   }
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  tune_common::extra_streams(s, opt.streams);
   int dev = 0, l2 = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
