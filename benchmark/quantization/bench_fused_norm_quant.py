@@ -15,6 +15,8 @@ quant_eps 1e-10, rms_eps 1e-6:
 * rmsnorm_q_ue8m0:   fused_rmsnorm_quant into DeepGEMM's layout: scale_ue8m0=True, int32
                      [T, H/512] packed exponents, column-major with the pitch T rounded up to 4
 * add_rmsnorm_ue8m0: fused_add_rmsnorm_quant, the same packed layout
+* rmsnorm_q_col, add_rmsnorm_q_col: fp32 scales column-major with the pitch T rounded up to
+                    4 (the TMA-aligned layout Hopper's blockwise fp8 GEMMs read)
 
 Bytes per call (read + written, once each): input T*H*2 and weight H*2 read, codes T*H and
 scales (T*(H/128)*4, packed T*(H/512)*4) written; the add variants also read the residual
@@ -43,7 +45,7 @@ and scales against the reference quantisation of that bf16 output.
 
 Goals: >= 1.3x the two-kernel sequence at T >= 4096 and >= 1.0x it everywhere; >= 1.0x
 torch.compile at every shape; T=1, 16, 128 <= 2 us in a CUDA graph (DESIGN.md 9). Full run:
-22 shapes x 4 providers, about 2 minutes on an H100/H200, most of it compiling (pass
+32 shapes x 4 providers, about 3 minutes on an H100/H200, most of it compiling (pass
 --max-seconds 200: past 60 % of it the compiled baseline is skipped).
 """
 
@@ -100,7 +102,7 @@ MODEL_T_NQ = (16, 4096)  # --models
 @dataclass(frozen=True)
 class Spec:
     add: bool  # fused_add_rmsnorm_quant (else fused_rmsnorm_quant)
-    layout: str  # ref_quant.LAYOUTS: row or col_ue8m0
+    layout: str  # ref_quant.LAYOUTS: row, col or col_ue8m0
 
     @property
     def ue8m0(self) -> bool:
@@ -112,13 +114,15 @@ SPECS = {
     "add_rmsnorm_q": Spec(True, "row"),
     "rmsnorm_q_ue8m0": Spec(False, "col_ue8m0"),
     "add_rmsnorm_ue8m0": Spec(True, "col_ue8m0"),
+    "rmsnorm_q_col": Spec(False, "col"),
+    "add_rmsnorm_q_col": Spec(True, "col"),
 }
 OPS = tuple(SPECS)
 
 
 def shapes(quick: bool, models: bool = False):
     """(op, dtype, T, H) in run order: the row-major ops at H=4096 first, then the packed
-    UE8M0 layout at DeepSeek's H=7168. ``models``: the row-major ops at the hidden sizes of
+    UE8M0 and the column-major fp32 layouts at DeepSeek's H=7168. ``models``: the row-major ops at the hidden sizes of
     benchmark/models.py that the default list lacks."""
     if models:
         return [(op, BF16, t, h) for h in hidden_sizes(skip=(4096, 16384)) for t in MODEL_T_NQ
@@ -134,7 +138,7 @@ def shapes(quick: bool, models: bool = False):
     out = []
     for op in ("rmsnorm_q", "add_rmsnorm_q"):
         out += [(op, BF16, t, 4096) for t in T_ALL]
-    for op in ("rmsnorm_q_ue8m0", "add_rmsnorm_ue8m0"):
+    for op in ("rmsnorm_q_ue8m0", "add_rmsnorm_ue8m0", "rmsnorm_q_col", "add_rmsnorm_q_col"):
         out += [(op, BF16, t, 7168) for t in (1, 16, 128, 4096, 32768)]
     # Long rows at decode sizes (the cluster split of norm_quant.cu's decode kernel).
     for op in ("rmsnorm_q", "add_rmsnorm_q"):

@@ -11,6 +11,8 @@ Ops (names in the table), all eps=1e-10, input bf16, H = the quantised width K:
 * gq_fp8_g128:    input [T, H], e4m3 codes, fp32 scales [T, H/128] row-major (the headline)
 * gq_ue8m0_g128:  the same into DeepGEMM's layout: scale_ue8m0=True, int32 [T, H/512] packed
                   exponents, column-major with the pitch T rounded up to 4
+* gq_col_g128:    fp32 scales column-major with the pitch T rounded up to 4 (the TMA-aligned
+                  layout Hopper's blockwise fp8 GEMMs read)
 * gq_fp8_g64, gq_fp8_g32: group sizes 64 and 32, row-major fp32 scales
 * gq_int8_g128:   int8 codes (fp8_min/fp8_max = -128/127), row-major fp32 scales
 * gq_silu_g128:   fuse_silu_and_mul=True: input [T, 2H], codes of silu(x[:, :H]) * x[:, H:]
@@ -47,7 +49,7 @@ Goals (DESIGN.md 9, GB/s as H200 figures scaled by the measured copy bandwidth):
 gq_fp8_g128 bf16 T=32768 H=4096 >= 3800 GB/s (torch.compile measured 3139 on the H200);
 gq_silu_g128 >= 1.3x two-kernel at T >= 4096; the SiLU ops >= 1.0x two-kernel everywhere;
 every op >= 1.0x torch.compile at every shape; T=1, 16, 128 <= 2 us in a CUDA graph. Full
-run: 26 shapes, about 2.5 minutes on an H100/H200, most of it compiling (pass
+run: 31 shapes, about 3 minutes on an H100/H200, most of it compiling (pass
 --max-seconds 220: past 60 % of it the compiled baseline is skipped).
 """
 
@@ -119,6 +121,7 @@ SPECS = {
     "gq_fp8_g128": Spec(128, FP8, "row"),
     "gq_silu_g128": Spec(128, FP8, "row", silu=True),
     "gq_ue8m0_g128": Spec(128, FP8, "col_ue8m0"),
+    "gq_col_g128": Spec(128, FP8, "col"),
     "gq_fp8_g64": Spec(64, FP8, "row"),
     "gq_fp8_g32": Spec(32, FP8, "row"),
     "gq_int8_g128": Spec(128, torch.int8, "row"),
@@ -149,6 +152,7 @@ def shapes(quick: bool, models: bool = False):
     out += [("gq_silu_g128", BF16, {"T": t, "H": 4096}) for t in (1, 128, 4096, 32768)]
     out += [("gq_fp8_g128", BF16, {"T": t, "H": 7168}) for t in (4096, 32768)]
     out += [("gq_ue8m0_g128", BF16, {"T": t, "H": 7168}) for t in (1, 16, 128, 4096, 32768)]
+    out += [("gq_col_g128", BF16, {"T": t, "H": 7168}) for t in (1, 16, 128, 4096, 32768)]
     out += [("gq_fp8_g128", BF16, {"T": t, "H": 16384}) for t in (1, 16, 128)]
     for op in ("gq_fp8_g64", "gq_fp8_g32"):
         out += [(op, BF16, {"T": t, "H": 4096}) for t in (128, 32768)]

@@ -4,8 +4,8 @@
 //
 // Calls without the fused SiLU go to norm_quant.cu (launch_row_group_quant) where its kernels
 // apply: the row kernel above 256 rows (plain or masked), its decode kernel at <= 256 plain
-// rows (g=128, fp8 without a clamp, row-major or packed UE8M0 scales); the kernel below serves
-// the rest.
+// rows (g=128, fp8 without a clamp, fp32 scales in either layout or packed UE8M0 scales); the
+// kernel below serves the rest.
 //
 // The input is one flat index space of 16-byte vectors; a group (group_size elements) is
 // kVpg consecutive vectors, held by kVpg consecutive lanes of one warp, so its maximum is a

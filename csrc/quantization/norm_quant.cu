@@ -218,7 +218,8 @@ __global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantP
 }
 
 // Decode kernel (<= 256 rows, and the norm ops' many rows where decode_takes_many_rows says
-// so; e4m3 codes without a clamp, groups of 128, row-major fp32 or packed UE8M0 scales; rows
+// so; e4m3 codes without a clamp, groups of 128, fp32 scales in either layout (row- or column-major,
+// any strides: kF32) or packed UE8M0 scales; rows
 // of a multiple of 512 elements up to 16384 in a block, and of 256 or 128 up to 8192 or 4096
 // with kK = 2 or 1 groups a warp): a block per row, warp w holding groups 4w .. 4w + 3 (kK =
 // 4), four elements of each per lane. A group's maximum is then one warp-wide integer max
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantP
 // choices cost ~0.3 us a call at T=1 (H200, bf16 H=4096: 1.64 us with all three fixed, 1.94
 // with all three run-time; benchmark/quantization/tune_norm_quant.cu --diag 1). This kernel:
 // 1.53 / 1.60 / 1.82 us at T=1 / 16 / 128 (general kernel 1.95 / 2.01 / 2.28).
-enum class DecodeScales { kRowF32, kPackedUe8m0 };
+enum class DecodeScales { kF32, kPackedUe8m0 };
 constexpr int kDecodeGroup = 128;
 constexpr int kDecodeGroupsPerLane = 4;
 constexpr int kDecodeMaxThreads = 1024;
@@ -297,12 +298,13 @@ __device__ __forceinline__ void store_word_bytes(uint8_t* dst, uint32_t v, int n
 }
 
 // Where lane `mine` of warp `warp` stores row `row`'s scales in the decode layout (kK groups a
-// warp): row-major fp32, its own group warp * kK + mine; packed UE8M0, the warp's first byte,
+// warp): fp32, its own group warp * kK + mine (at the layout's strides: row-major or
+// column-major); packed UE8M0, the warp's first byte,
 // byte (warp * kK) % 4 of int32 word warp * kK / 4 (kK = 8: the first of the warp's two words).
 template <DecodeScales kScales, int kK, typename T>
 __device__ __forceinline__ void* decode_scale_at(const RowQuantParams<T>& p, int64_t row, int warp, int mine) {
-  if constexpr (kScales == DecodeScales::kRowF32) {
-    return static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + warp * kK + mine;
+  if constexpr (kScales == DecodeScales::kF32) {
+    return static_cast<float*>(p.scales.ptr) + row * p.scales.stride_m + (warp * kK + mine) * p.scales.stride_g;
   } else {
     return reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(p.scales.ptr) + row * p.scales.stride_m +
                                       (warp * kK / 4) * p.scales.stride_g) +
@@ -312,7 +314,7 @@ __device__ __forceinline__ void* decode_scale_at(const RowQuantParams<T>& p, int
 
 // The decode layout's quantization step for this lane's part of a row: y = f * rstd * w (y = f
 // without the norm), the warp's kK group maxima (redux), the scales (lanes 0 .. kK - 1 store
-// them at scale_at: this lane's group for row-major fp32 scales, the warp's packed word
+// them at scale_at: this lane's group for fp32 scales, the warp's packed word
 // otherwise) and the codes at out_q (the first element of the block's part of the row). qmax_r:
 // qmax's reciprocal, q_ok = qmax_recip_ok(qmax) (both formed once by the caller). kv
 // (warp-uniform): the warp's groups inside the row (f is 0 past them; nothing is stored for
@@ -352,8 +354,8 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
     plain_used_and_inverse<kScales == DecodeScales::kPackedUe8m0>(s, used, inv);
   } else {
     s = scale_from_amax_recip(m, p.eps, qmax, qmax_r, q_ok);
-    used = kScales == DecodeScales::kRowF32 ? s : ue8m0_ceil(s);
-    inv = kScales == DecodeScales::kRowF32 ? inverse_scale(used) : inverse_pow2(used);
+    used = kScales == DecodeScales::kF32 ? s : ue8m0_ceil(s);
+    inv = kScales == DecodeScales::kF32 ? inverse_scale(used) : inverse_pow2(used);
   }
   auto store_codes = [&] {
 #pragma unroll
@@ -363,7 +365,7 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
       if (k < kv) *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) = codes;
     }
   };
-  if constexpr (kScales == DecodeScales::kRowF32) {
+  if constexpr (kScales == DecodeScales::kF32) {
     if (lane < kv) *static_cast<float*>(scale_at) = s;
   } else {
     // A warp's four groups fill one int32 word (byte k = group warp * 4 + k): OR the lanes'
@@ -439,7 +441,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   const int warp = rank * static_cast<int>(blockDim.x >> 5) + static_cast<int>(threadIdx.x >> 5);
   const int mine = lane & (kK - 1);  // the group whose scale this lane works out (below)
   // Formed before the wait and held there (an empty asm after them): the row's
-  // length as a float, qmax and its reciprocal, and where this lane's scale goes (row-major:
+  // length as a float, qmax and its reciprocal, and where this lane's scale goes (fp32:
   // group warp * kK + mine; packed: the warp's int32 word).
   float hidden_f = static_cast<float>(p.hidden), qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
   // (Packed with kK < 4: the warp's bytes start at byte (warp * kK) % 4 of word warp * kK / 4.)
@@ -574,7 +576,7 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
   if constexpr (sizeof(T) != 2) {
     return cudaErrorNotSupported;  // (16-bit input only: rows_kernel_groups_per_warp)
   } else {
-    const bool row_f32 = !p.scales.packed_ue8m0;
+    const bool f32 = !p.scales.packed_ue8m0;
     const bool norm = p.weight != nullptr, fused = p.residual != nullptr;
     const int64_t groups = p.hidden / kDecodeGroup, warps = ceil_div<int64_t>(groups, gpw);
     const bool partial = groups % gpw != 0;
@@ -585,21 +587,21 @@ cudaError_t launch_norm_rows(const RowQuantParams<T>& p, cudaStream_t stream, in
     }
     const int threads = static_cast<int>(warps * 32);
     using K = void (*)(RowQuantParams<T>);
-    constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+    constexpr DecodeScales kF32 = DecodeScales::kF32, kPacked = DecodeScales::kPackedUe8m0;
 #define SGL_NQ_ROWS(FUSED, S, K8, K8P)                                                       \
   {norm_quant_rows_kernel<T, FUSED, S, 1>, norm_quant_rows_kernel<T, FUSED, S, 2>,            \
    norm_quant_rows_kernel<T, FUSED, S, 4>, norm_quant_rows_kernel<T, FUSED, S, 4, true>, K8, K8P}
-    // [norm, fused][row-major, packed][gpw 1, 2, 4, 4 with the row ending inside the last warp,
+    // [norm, fused][fp32, packed][gpw 1, 2, 4, 4 with the row ending inside the last warp,
     // 8, 8 so] (8 groups a warp for the plain op only: the fused op's were slower; the plain
     // group quant measured slower at every gpw: not built)
     static constexpr K kKernels[2][2][6] = {
-        {SGL_NQ_ROWS(false, kRow, (norm_quant_rows_kernel<T, false, kRow, 8>),
-                     (norm_quant_rows_kernel<T, false, kRow, 8, true>)),
+        {SGL_NQ_ROWS(false, kF32, (norm_quant_rows_kernel<T, false, kF32, 8>),
+                     (norm_quant_rows_kernel<T, false, kF32, 8, true>)),
          SGL_NQ_ROWS(false, kPacked, (norm_quant_rows_kernel<T, false, kPacked, 8>),
                      (norm_quant_rows_kernel<T, false, kPacked, 8, true>))},
-        {SGL_NQ_ROWS(true, kRow, nullptr, nullptr), SGL_NQ_ROWS(true, kPacked, nullptr, nullptr)}};
+        {SGL_NQ_ROWS(true, kF32, nullptr, nullptr), SGL_NQ_ROWS(true, kPacked, nullptr, nullptr)}};
 #undef SGL_NQ_ROWS
-    const int f = fused ? 1 : 0, l = row_f32 ? 0 : 1;
+    const int f = fused ? 1 : 0, l = f32 ? 0 : 1;
     const int gi = gpw == 1 ? 0 : gpw == 2 ? 1 : gpw == 4 ? (partial ? 3 : 2) : (partial ? 5 : 4);
     const K kernel = kKernels[f][l][gi];
     if (kernel == nullptr) return cudaErrorNotSupported;
@@ -722,7 +724,9 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
     const float used = packed ? ue8m0_ceil(s) : s;
     const float inv = packed ? inverse_pow2(used) : inverse_scale(used);
     if constexpr (!packed) {
-      if (group < kG && lane % kSpan == 0) static_cast<float*>(p.scales.ptr)[row * p.scales.stride_m + group] = s;
+      if (group < kG && lane % kSpan == 0) {
+        static_cast<float*>(p.scales.ptr)[row * p.scales.stride_m + group * p.scales.stride_g] = s;
+      }
     } else {
       // Word j holds groups 4j .. 4j + 3: slots 2j and 2j + 1 of both halves. Lane 2j * kSpan
       // gathers them (the bytes of groups past the row are 0, the last word's unused bytes).
@@ -840,19 +844,19 @@ constexpr WarpRowsRange kWarpRows[] = {
 // where they spilled), the fused op (kG up to 14) without them.
 template <typename T, int kG>
 cudaError_t launch_warp_rows_g(const RowQuantParams<T>& p, cudaStream_t stream, int device) {
-  constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+  constexpr DecodeScales kF32 = DecodeScales::kF32, kPacked = DecodeScales::kPackedUe8m0;
   constexpr int kThreads = 128;
-  const bool row_f32 = !p.scales.packed_ue8m0;
+  const bool f32 = !p.scales.packed_ue8m0;
   if (p.residual != nullptr) {
     if constexpr (kG <= 14) {
-      return row_f32 ? launch_warp_rows_v<T, true, kRow, kG, false, true, 128>(p, stream, kThreads, device)
+      return f32 ? launch_warp_rows_v<T, true, kF32, kG, false, true, 128>(p, stream, kThreads, device)
                      : launch_warp_rows_v<T, true, kPacked, kG, false, true, 128>(p, stream, kThreads, device);
     } else {
       return cudaErrorNotSupported;
     }
   }
   constexpr bool kAhead = kG != 18;
-  return row_f32 ? launch_warp_rows_v<T, false, kRow, kG, kAhead, true, 128>(p, stream, kThreads, device)
+  return f32 ? launch_warp_rows_v<T, false, kF32, kG, kAhead, true, 128>(p, stream, kThreads, device)
                  : launch_warp_rows_v<T, false, kPacked, kG, kAhead, true, 128>(p, stream, kThreads, device);
 }
 
@@ -980,6 +984,48 @@ cudaError_t launch_decode_gpw(const RowQuantParams<T>& p, int gpw, dim3 grid, di
 inline int decode_groups_per_warp(int64_t hidden, bool norm) {
   if (hidden % (4 * kDecodeGroup) == 0 || (!norm && hidden < kDecodeFewGroupsMin)) return kDecodeGroupsPerLane;
   return hidden % (2 * kDecodeGroup) == 0 ? 2 : 1;
+}
+
+// The plain quant's (no norm) 16-bit rows of a multiple of 512 elements at 129-256 rows with
+// fp32 scales: fewer groups a warp, so more warps a row (up to 32), where the decode kernel at 4
+// groups a warp leaves an SM with 1-2 blocks of 5-16 warps. Rows [min_rows, max_rows] of `hidden`
+// elements take `gpw` groups a warp.
+// NOTE (session 35, H200, tune_norm_quant.cu --op group --streams 64, the bench's process
+// state; bf16, row-major fp32 scales, two runs alike; us, 4 groups a warp against the row's
+// choice):
+//   2560 k2, T = 128 / 160 / 192: 0.96-0.99 / 1.07 / 1.12-1.13 against 0.90-0.91 / 0.95 / 0.97-0.98
+//   3072 k2, T = 128 / 160 / 192: 1.01 / 1.13 / 1.28-1.29 against 0.96 / 1.02 / 1.08;
+//        k1, T = 224 / 256: 1.33 / 1.31-1.32 against 1.10-1.11 / 1.13-1.14
+//   4096 k1, T = 224 / 256: 1.44-1.45 / 1.49-1.50 against 1.26-1.27 / 1.30
+//   6144 k2, T = 192 / 224 / 256: 1.61 / 1.86 / 1.91-1.92 against 1.46 / 1.48 / 1.52
+//   7168 k2, T = 152 / 160 / 192 / 224 / 256: 1.72-1.73 / 1.74-1.76 / 1.76-1.77 / 2.04 / 2.09
+//        against 1.53-1.55 / 1.55 / 1.57 / 1.61 / 1.65
+//   8192 k2, T = 224 / 256: 1.92-2.03 / 1.92-1.94 against 1.73-1.74 / 1.77-1.78
+// Column-major fp32 scales alike (7168 k2 T = 160 / 224 / 256: 1.76 / 2.04 / 2.11 against 1.64 /
+// 1.72 / 1.81; 4096 k1 T = 224 / 256: 1.54 / 1.56 against 1.39 / 1.46). In a fresh process
+// (fewer than 10 streams used: benchmark/RESULTS.md session 34) the same rows read within
+// -0.09..+0.05 us of 4 groups a warp (4096 k1 T=224: 1.30 against 1.21; 7168 k2 T=160: 1.54
+// against 1.48); rows where that loss exceeded half the gain above were left out (7168 at
+// 136-144, 6144 at 144-176, 4096 at 192, 5120 everywhere; 193-223 rows of 4096 were not
+// measured). Packed UE8M0 scales keep 4 groups a warp: 2 were slower at 128-192 rows (7168
+// T=160: 1.91 against 1.57) and at 4096, 5120 and 8192, faster only at 6144 and 7168 from 224
+// rows (7168 T = 224 / 256: 2.01 / 2.16 against 2.16 / 2.26; one run, not taken).
+struct PlainQuantGpwRows {
+  int64_t hidden;
+  int gpw;
+  int64_t min_rows, max_rows;
+};
+constexpr PlainQuantGpwRows kPlainQuantGpwRows[] = {{2560, 2, 128, 192}, {3072, 2, 128, 192}, {3072, 1, 193, 256},
+                                                    {4096, 1, 224, 256}, {6144, 2, 192, 256}, {7168, 2, 152, 256},
+                                                    {8192, 2, 224, 256}};
+
+// Groups a warp of the plain quant's decode kernel (<= 256 rows) for 16-bit rows with fp32
+// scales: kPlainQuantGpwRows' choice, else decode_groups_per_warp's.
+inline int plain_quant_groups_per_warp(int64_t rows, int64_t hidden) {
+  for (const PlainQuantGpwRows& r : kPlainQuantGpwRows) {
+    if (r.hidden == hidden && rows >= r.min_rows && rows <= r.max_rows) return r.gpw;
+  }
+  return decode_groups_per_warp(hidden, false);
 }
 
 // One vector-path configuration: vectors a lane, register cap, threads a block, and the
@@ -1280,14 +1326,16 @@ inline int rows_kernel_groups_per_warp(int64_t rows, int64_t hidden, bool fused,
 template <typename T>
 cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, int cs = -1, int split = -1) {
   constexpr int kVecBytes = 4 * sizeof(T);  // a lane's loads: 4 elements
-  const bool row_f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0 && p.scales.stride_g == 1;
+  // fp32 scales at any strides (row- or column-major) or packed UE8M0 (not fp32 rounded to UE8M0).
+  const bool f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0;
   const bool norm = p.weight != nullptr;
-  const int gpw = decode_groups_per_warp(p.hidden, norm);
+  const int gpw = !norm && f32 && sizeof(T) == 2 && p.rows <= 256 ? plain_quant_groups_per_warp(p.rows, p.hidden)
+                                                                  : decode_groups_per_warp(p.hidden, norm);
   const int64_t per_warp = int64_t{kDecodeGroup} * gpw;
   auto aligned = [](const void* ptr, int64_t stride) { return rows_aligned(ptr, stride, sizeof(T), kVecBytes); };
   const bool fused = p.residual != nullptr;
   if (p.group_size != kDecodeGroup || needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) ||
-      (!row_f32 && !p.scales.packed_ue8m0) || !aligned(p.input, p.input_stride) || (norm && !aligned(p.weight, 0)) ||
+      (!f32 && !p.scales.packed_ue8m0) || !aligned(p.input, p.input_stride) || (norm && !aligned(p.weight, 0)) ||
       (p.residual != nullptr && !aligned(p.residual, p.residual_stride)) ||
       reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
     return cudaErrorNotSupported;
@@ -1310,13 +1358,13 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
       p.hidden % per_warp != 0) {
     return cudaErrorNotSupported;
   }
-  constexpr DecodeScales kRow = DecodeScales::kRowF32, kPacked = DecodeScales::kPackedUe8m0;
+  constexpr DecodeScales kF32 = DecodeScales::kF32, kPacked = DecodeScales::kPackedUe8m0;
   if (norm && gpw == kDecodeGroupsPerLane) {
     if (cs < 0) cs = norm_decode_cluster_blocks(p.rows, p.hidden, fused);
     if (cs > 1 && p.hidden % (per_warp * cs) == 0 && p.hidden / cs / per_warp * 32 <= kDecodeMaxThreads) {
       const int threads = static_cast<int>(p.hidden / cs / per_warp * 32);
-      const cudaError_t err = row_f32 ? (fused ? launch_norm_decode_cluster<T, true, kRow>(p, cs, threads, stream)
-                                               : launch_norm_decode_cluster<T, false, kRow>(p, cs, threads, stream))
+      const cudaError_t err = f32 ? (fused ? launch_norm_decode_cluster<T, true, kF32>(p, cs, threads, stream)
+                                               : launch_norm_decode_cluster<T, false, kF32>(p, cs, threads, stream))
                                       : (fused ? launch_norm_decode_cluster<T, true, kPacked>(p, cs, threads, stream)
                                                : launch_norm_decode_cluster<T, false, kPacked>(p, cs, threads, stream));
       if (err != cudaErrorNotSupported) return err;
@@ -1329,25 +1377,25 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
     const int64_t pieces = (warps * 32 + kDecodeMaxThreads - 1) / kDecodeMaxThreads;
     const dim3 grid(static_cast<uint32_t>(pieces), static_cast<uint32_t>(p.rows));
     const dim3 block(static_cast<uint32_t>((warps + pieces - 1) / pieces * 32));
-    return row_f32 ? launch_decode_gpw<T, false, false, kRow, true>(p, gpw, grid, block, stream)
+    return f32 ? launch_decode_gpw<T, false, false, kF32, true>(p, gpw, grid, block, stream)
                    : launch_decode_gpw<T, false, false, kPacked, true>(p, gpw, grid, block, stream);
   }
   if (split < 0) split = norm_decode_split(p.rows, warps);
   if (!norm || fused || gpw != kDecodeGroupsPerLane || (split != 2 && split != 4) || warps % split != 0) split = 1;
   const dim3 grid(static_cast<uint32_t>(p.rows * split)), block(static_cast<uint32_t>(warps * 32));
   if (!norm) {
-    return row_f32 ? launch_decode_gpw<T, false, false, kRow>(p, gpw, grid, block, stream)
+    return f32 ? launch_decode_gpw<T, false, false, kF32>(p, gpw, grid, block, stream)
                    : launch_decode_gpw<T, false, false, kPacked>(p, gpw, grid, block, stream);
   }
   if (fused) {
-    return row_f32 ? launch_decode_gpw<T, true, true, kRow>(p, gpw, grid, block, stream)
+    return f32 ? launch_decode_gpw<T, true, true, kF32>(p, gpw, grid, block, stream)
                    : launch_decode_gpw<T, true, true, kPacked>(p, gpw, grid, block, stream);
   }
   if (gpw != kDecodeGroupsPerLane) {
-    return row_f32 ? launch_decode_gpw<T, false, true, kRow>(p, gpw, grid, block, stream)
+    return f32 ? launch_decode_gpw<T, false, true, kF32>(p, gpw, grid, block, stream)
                    : launch_decode_gpw<T, false, true, kPacked>(p, gpw, grid, block, stream);
   }
-  return row_f32 ? launch_norm_decode_split<T, kRow>(p, split, grid, block, stream)
+  return f32 ? launch_norm_decode_split<T, kF32>(p, split, grid, block, stream)
                  : launch_norm_decode_split<T, kPacked>(p, split, grid, block, stream);
 }
 
@@ -1439,7 +1487,7 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
   constexpr int kVec = kVec16<T>;
   if (p.weight != nullptr || p.residual != nullptr) return cudaErrorNotSupported;
   // Decode sizes (<= 256 rows): the decode kernel without the norm where it applies (plain
-  // rows, g=128, fp8 without a clamp, row-major or packed UE8M0 scales), else the caller's
+  // rows, g=128, fp8 without a clamp, fp32 scales in either layout or packed UE8M0), else the caller's
   // flat kernel.
   // NOTE (H200, bf16, bench_group_quant.py): gq_fp8_g128 H=4096 T=1/16/128 0.93/1.06/1.18 us
   // (flat kernel: 0.99 at T=1), gq_ue8m0_g128 H=7168 T=128 1.55 (flat 2.06); H=7168 T=1 1.25

@@ -281,11 +281,11 @@ def test_large_hidden(op, dtype, hidden, tokens, gen):
 # row up to 8 rows, then 4 (8 at hidden 32768); the fused op's 12288 up to 16 rows in 4 blocks;
 # norm_decode_cluster_blocks) and, for the plain op, split rows (7168, 8192, 12288: up to 32
 # rows, 4 blocks a row up to 16 where the warps divide by 4, else 2; norm_decode_split): both
-# scale layouts the kernel takes (row-major fp32, packed UE8M0) and the row counts on either
-# side of each limit.
+# scale layouts the kernel takes (fp32 row- and column-major, packed UE8M0) and the row counts
+# on either side of each limit.
 @pytest.mark.parametrize("tokens", [1, 8, 9, 16, 17, 32, 33])
 @pytest.mark.parametrize("hidden", [7168, 8192, 12288, 16384, 32768])
-@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("op", OPS)
 def test_decode_clusters(op, layout, hidden, tokens, gen):
     x, r, w = _make(op, tokens, hidden, torch.bfloat16, gen)
@@ -299,13 +299,13 @@ def test_decode_clusters(op, layout, hidden, tokens, gen):
 #   1152: 9 of 1, 2304: 9 of 2, 3840: 15 of 2, 5376: 21 of 2, 7936: 31 of 2). Packed UE8M0 rows
 #   end mid-word there (the last word's unused bytes written 0). 4224 (33 warps of 1) and 8448
 #   (33 of 2) exceed a block and take the vector kernel; 257 rows the many-row kernels.
-# - Many rows (decode_takes_many_rows; 16-bit input, row-major and packed UE8M0 scales): both
+# - Many rows (decode_takes_many_rows; 16-bit input, fp32 (either layout) and packed UE8M0 scales): both
 #   ops' rows of a multiple of 512 elements up to 8192 up to 512 rows (513: the vector
 #   kernel); beyond, fused_add_rmsnorm_quant's from 2560 (3072 and up: the decode kernel; 2560:
 #   the looping kernel, test_rows_kernel, on parts of at least 4 TB/s peak bandwidth such as
 #   an H200, the decode kernel on an H100). The plain op's rows of 2048 and from 2560 take the
 #   looping kernel at 513 and 2049 rows (6656 and 8192 already at 257 and 512). The other
-#   lengths there, the column-major fp32 layout and fp32 input keep the vector kernel (the
+#   lengths there and fp32 input keep the vector kernel (the
 #   plain op's 4608 at 2049 rows: 9 vectors a lane; 8704 past 8192 at any count).
 FEW_GROUP_HIDDEN = [128, 384, 640, 896, 1152, 2304, 3840, 5376, 7936, 4224, 8448]
 MANY_ROW_HIDDEN = [512, 1024, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6656, 8192, 8704]
@@ -373,7 +373,7 @@ ROWS_KERNEL_SHAPES += WARP_ROWS_SHAPES
 
 
 @pytest.mark.parametrize("tokens, hidden", ROWS_KERNEL_SHAPES, ids=_shape_ids(ROWS_KERNEL_SHAPES))
-@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_dt)
 @pytest.mark.parametrize("op", OPS)
 def test_rows_kernel(op, dtype, layout, tokens, hidden, gen):
@@ -448,7 +448,7 @@ def test_quant_eps(op, gen):
     y = rmsnorm_fp32(src, w, RMS_EPS)
     amax = y.abs().reshape(tokens, -1, gs).amax(-1)
     assert bool((amax[:, : hidden // gs // 2] < 1e-2).all()) and bool((amax[:, hidden // gs // 2 :] > 1e-2).all())
-    for layout in ("row", "col_ue8m0"):
+    for layout in LAYOUTS:
         _run_check(op, x, r.clone() if r is not None else None, w, gs, FP8, layout, quant_eps=1e-2)
 
 
@@ -530,13 +530,13 @@ def test_pdl_identical(op, layout, dtype, tokens, hidden, gen):
 
 
 # The decode kernel (norm_quant.cu: <= 256 rows, group 128, e4m3 without a clamp, hidden a
-# multiple of 512 up to 16384, row-major fp32 or packed UE8M0 scales) and the shapes around
+# multiple of 512 up to 16384, fp32 scales in either layout or packed UE8M0) and the shapes around
 # its limits that take the general kernel (257 rows, hidden 640 = 5 groups, 16896 > 16384).
 DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 16384), (257, 4096), (2, 640), (2, 16896)]
 
 
 @pytest.mark.parametrize("tokens, hidden", DECODE_SHAPES, ids=_shape_ids(DECODE_SHAPES))
-@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=_dt)
 @pytest.mark.parametrize("op", OPS)
 def test_decode_shapes(op, dtype, layout, tokens, hidden, gen):
@@ -552,7 +552,7 @@ NONFINITE_SHAPES = [(2, 4096), (16, 4096), (300, 4096), (1024, 1536), (2048, 230
 
 
 @pytest.mark.parametrize("tokens, hidden", NONFINITE_SHAPES, ids=_shape_ids(NONFINITE_SHAPES))
-@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("op", OPS)
 def test_nonfinite_rows(op, layout, tokens, hidden, gen):
     """A NaN or an inf in a row makes its mean square NaN or inf: the NaN row's scales are all
@@ -586,7 +586,7 @@ def test_nonfinite_rows(op, layout, tokens, hidden, gen):
         _, ref_s, _ = fused_rmsnorm_quant_ref(
             x0[mid], w, group, RMS_EPS, EPS, FP8, layout == "col_ue8m0", residual=None if r0 is None else r0[mid]
         )
-        if layout == "row":
+        if layout != "col_ue8m0":
             torch.testing.assert_close(scales[mid], ref_s, rtol=1e-3, atol=0)
         else:  # powers of two: equal, or one step apart at a rounding boundary
             ratio = scales[mid] / ref_s
@@ -639,7 +639,7 @@ def test_opcheck(op, dtype, layout, out_dtype, gen):
 
 
 @pytest.mark.parametrize("how", ["wrapper", "op"])
-@pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_graph(op, layout, how, gen):
     """Capture once; before each replay copy new input (and residual) into the static tensors

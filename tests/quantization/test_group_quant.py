@@ -252,12 +252,12 @@ def test_matrix_bf16_fp8_g128(tokens, hidden, gen):
     _assert_bitwise(first, second)
 
 
-# Decode rows (<= 256) of g=128 fp8 with row-major or packed UE8M0 scales take norm_quant.cu's
-# decode kernel: 4 groups a warp where 512 divides the row, and from 768 elements 2 or 1 groups
+# Decode rows (<= 256) of g=128 fp8 with fp32 (row- or column-major) or packed UE8M0 scales take
+# norm_quant.cu's decode kernel: 4 groups a warp where 512 divides the row, and from 768 elements 2 or 1 groups
 # a warp where 256 or 128 does (768: 3 warps of 2, 896: 7 of 1, 1152: 9 of 1, 2304: 9 of 2,
 # 3456: 27 of 1, 3840: 15 of 2; 4224: 33 of 1, in two pieces as below). Packed rows of 2 or 1
 # groups a warp end mid-word (896: 7 groups, the last word's byte 3 written 0). 640 (below 768)
-# takes the flat kernel, and so does the column-major fp32 layout at every length.
+# takes the flat kernel.
 FEW_GROUP_SHAPES = [(t, h) for t in (1, 16, 256) for h in (768, 896, 1152, 2304, 3456, 3840)] + [(3, 4224), (5, 640)]
 # Rows of more than 32 warps take the decode kernel in pieces of at most 32 warps, a block each
 # (18944: 37 warps of 4 groups, 2 pieces of 19 with one idle warp; 16896: 33 warps, 17 + 16;
@@ -270,7 +270,13 @@ PIECE_SHAPES = [(64, 18944), (100, 16896), (256, 25600), (77, 16640), (64, 16512
 # rows of more than 32 warps (4224), take the vector kernel; so does fp32 input.
 MANY_ROW_SHAPES = [(512, 512), (513, 512), (1024, 768), (1025, 768), (4096, 1024), (4097, 1024), (4096, 1152)]
 MANY_ROW_SHAPES += [(4097, 1152), (2049, 1536), (2049, 2304), (1000, 4096), (300, 7168), (513, 8192), (300, 4224)]
-DECODE_SHAPES = FEW_GROUP_SHAPES + PIECE_SHAPES + MANY_ROW_SHAPES
+# 16-bit rows with fp32 scales at 129-256 rows take 2 or 1 groups a warp at some lengths
+# (norm_quant.cu kPlainQuantGpwRows: 2560 k2 128-192, 3072 k2 128-192 and k1 193-256, 4096 k1
+# 224-256, 6144 k2 192-256, 7168 k2 152-256, 8192 k2 224-256): each bound and one past it.
+GPW_ROW_SHAPES = [(127, 2560), (128, 2560), (192, 2560), (193, 2560), (127, 3072), (192, 3072), (193, 3072)]
+GPW_ROW_SHAPES += [(256, 3072), (223, 4096), (224, 4096), (256, 4096), (191, 6144), (192, 6144), (256, 6144)]
+GPW_ROW_SHAPES += [(151, 7168), (152, 7168), (256, 7168), (223, 8192), (224, 8192), (256, 8192)]
+DECODE_SHAPES = FEW_GROUP_SHAPES + PIECE_SHAPES + MANY_ROW_SHAPES + GPW_ROW_SHAPES
 
 
 @pytest.mark.parametrize("tokens, hidden", DECODE_SHAPES, ids=_shape_ids(DECODE_SHAPES))
