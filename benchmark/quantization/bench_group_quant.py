@@ -19,7 +19,9 @@ Ops (names in the table), all eps=1e-10, input bf16, H = the quantised width K:
 * gq_masked_g128: masked_m: input [E, T, H] (T = tokens per expert), column-major fp32 scales
                   (the TMA-aligned layout of a masked grouped GEMM); masked_m[e] random in
                   [1, T], then a quarter of the experts 0 and one expert full (seeded by the
-                  shape: the same rows every run)
+                  shape: the same rows every run); shapes with M: random in [0, M] (an
+                  expert-parallel decode step, DeepEP's low-latency layout: E=32 local experts
+                  with room for 1024 tokens each, a few used)
 * gq_masked_silu: masked and fused SiLU together (input [E, T, 2H]), as in an expert-parallel
                   MoE's down-projection input
 
@@ -49,7 +51,7 @@ Goals (DESIGN.md 9, GB/s as H200 figures scaled by the measured copy bandwidth):
 gq_fp8_g128 bf16 T=32768 H=4096 >= 3800 GB/s (torch.compile measured 3139 on the H200);
 gq_silu_g128 >= 1.3x two-kernel at T >= 4096; the SiLU ops >= 1.0x two-kernel everywhere;
 every op >= 1.0x torch.compile at every shape; T=1, 16, 128 <= 2 us in a CUDA graph. Full
-run: 31 shapes, about 3 minutes on an H100/H200, most of it compiling (pass
+run: 34 shapes, about 3 minutes on an H100/H200, most of it compiling (pass
 --max-seconds 220: past 60 % of it the compiled baseline is skipped).
 """
 
@@ -58,6 +60,7 @@ from __future__ import annotations
 import argparse
 import sys
 import zlib
+from typing import Optional
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,12 +162,20 @@ def shapes(quick: bool, models: bool = False):
     out += [("gq_int8_g128", BF16, {"T": t, "H": 4096}) for t in (1, 32768)]
     out += [("gq_masked_g128", BF16, {"E": e, "T": t, "H": 7168}) for e, t in ((8, 256), (8, 4096), (32, 1024))]
     out += [("gq_masked_silu", BF16, {"E": 8, "T": 4096, "H": 2048})]
+    # An expert-parallel decode step (DeepEP's low-latency layout): 32 local experts, room for
+    # 1024 tokens each, at most M of them used.
+    out += [("gq_masked_g128", BF16, {"E": 32, "T": 1024, "H": 7168, "M": 32})]
+    out += [("gq_masked_silu", BF16, {"E": 32, "T": 1024, "H": 2048, "M": m}) for m in (32, 128)]
     return out
 
 
-def masked_counts(e: int, t: int) -> torch.Tensor:
+def masked_counts(e: int, t: int, most: Optional[int] = None) -> torch.Tensor:
     """masked_m for E experts of capacity T (CPU int32): uniform in [1, T], then a quarter
-    of the experts 0 and one expert full; seeded by the shape, so bytes are known up front."""
+    of the experts 0 and one expert full; with ``most``, uniform in [0, most] instead. Seeded
+    by the shape, so bytes are known up front."""
+    if most is not None:
+        gen = torch.Generator().manual_seed(zlib.crc32(f"masked_m {e} {t} {most}".encode()))
+        return torch.randint(0, most + 1, (e,), generator=gen, dtype=torch.int32)
     gen = torch.Generator().manual_seed(zlib.crc32(f"masked_m {e} {t}".encode()))
     m = torch.randint(1, t + 1, (e,), generator=gen, dtype=torch.int32)
     perm = torch.randperm(e, generator=gen)
@@ -322,7 +333,7 @@ def build(args: argparse.Namespace) -> Bench:
         if op not in ops:
             continue
         spec = SPECS[op]
-        masked_m = masked_counts(params["E"], params["T"]) if spec.masked else None
+        masked_m = masked_counts(params["E"], params["T"], params.get("M")) if spec.masked else None
         rows = int(masked_m.sum()) if spec.masked else params["T"]
         bench.add_case(op, dtype, params, make_setup(spec, dtype, params, masked_m),
                        nbytes_of(spec, params, elt_size(dtype), rows), check=make_check(spec))

@@ -411,19 +411,42 @@ def test_masked(dtype, out_dtype, group_size, layout, tokens, hidden, fuse, gen)
     _check(q, s, layout, ref_q, ref_s, rows=_rows(masked_m, tokens))
 
 
+# group_quant.cu's masked kernel (a row of blocks per expert stepping through its used rows):
+# many experts with a few used rows each out of a large capacity (an expert-parallel decode
+# step), and few experts whose blocks loop over several chunks each (two vectors a thread).
+MASKED_GRID_SHAPES = [(40, 300, 2048, 20), (3, 4096, 4096, 4096), (64, 128, 7168, 3)]  # (E, T, K, max count)
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["plain", "silu"])
+@pytest.mark.parametrize("experts, tokens, hidden, most", MASKED_GRID_SHAPES,
+                         ids=[f"E{e}-T{t}-K{k}-m{m}" for e, t, k, m in MASKED_GRID_SHAPES])
+@pytest.mark.parametrize("layout", V1_LAYOUTS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=_dt)
+def test_masked_grid(dtype, layout, experts, tokens, hidden, most, fuse, gen):
+    in_k = 2 * hidden if fuse else hidden
+    x = _rand((experts, tokens, in_k), dtype, gen, lo=-2.0, hi=1.0 if fuse else 2.0)
+    masked_m = torch.randint(0, most + 1, (experts,), device="cuda", generator=gen).to(torch.int32)
+    masked_m[0] = most
+    q, s = _outputs((experts,), tokens, hidden, 128, FP8, layout)
+    _call("v2", "wrapper", x, q, s, 128, layout, fuse=fuse, masked_m=masked_m)
+    ref_q, ref_s = _ref(x, 128, FP8, layout, fuse=fuse)
+    _check(q, s, layout, ref_q, ref_s, rows=_rows(masked_m, tokens))
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["plain", "silu"])
 @pytest.mark.parametrize("tokens", [24, 64])  # 5 * 64 rows: past 256, the row kernel
 @pytest.mark.parametrize("layout", ["row", "col_ue8m0"])
-def test_masked_m_out_of_range(layout, tokens, gen):
+def test_masked_m_out_of_range(layout, tokens, fuse, gen):
     """Counts above T process all T rows and nothing beyond the tensors (guard expert after
     output_q / row-major output_s); a negative count processes none."""
     experts, hidden, gs = 5, 512, 128
-    x = _rand((experts, tokens, hidden), torch.bfloat16, gen)
+    x = _rand((experts, tokens, 2 * hidden if fuse else hidden), torch.bfloat16, gen)
     masked_m = torch.tensor([tokens + 3, 2**31 - 1, -1, 0, 7], dtype=torch.int32, device="cuda")
     q_buf, s_buf = _outputs((experts + 1,), tokens, hidden, gs, FP8, layout)
     q = q_buf[:experts]
     s = s_buf[:experts]
-    _call("v2", "op", x, q, s, gs, layout, masked_m=masked_m)
-    ref_q, ref_s = _ref(x, gs, FP8, layout)
+    _call("v2", "op", x, q, s, gs, layout, fuse=fuse, masked_m=masked_m)
+    ref_q, ref_s = _ref(x, gs, FP8, layout, fuse=fuse)
     rows = _rows(masked_m.clamp(min=0, max=tokens), tokens)
     assert int(rows.sum()) == 2 * tokens + 7
     _check(q, s, layout, ref_q, ref_s, rows=rows)
