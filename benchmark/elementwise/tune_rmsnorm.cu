@@ -863,6 +863,9 @@ const std::vector<Variant>& variants() {
       DECX("dx e8k4 mid", 8, 4, kAfterLoads, "the decode kernel, 8 elements a lane load, 4 chunks a warp, trigger mid"),
       DECX("dx e8k8 early", 8, 8, kEarly, "the decode kernel, 8 elements a lane load, 8 chunks a warp, trigger early"),
       DECX("dx e8k8 mid", 8, 8, kAfterLoads, "the decode kernel, 8 elements a lane load, 8 chunks a warp, trigger mid"),
+      // Session 35: 16 chunks a warp (rows of 8192 on 4 warps of 8-byte loads).
+      DECX("dx e4k16 early", 4, 16, kEarly, "the decode kernel, 4 elements a lane load, 16 chunks a warp, trigger early"),
+      DECX("dx e4k16 mid", 4, 16, kAfterLoads, "the decode kernel, 4 elements a lane load, 16 chunks a warp, trigger mid"),
   };
   return v;
 }
