@@ -2,10 +2,11 @@
 // sgl_per_token_group_quant_8bit (v1 and v2): per-token-group 8-bit quantization, optionally
 // fused with silu_and_mul and with the masked (expert-parallel MoE) 3-D input.
 //
-// Calls without the fused SiLU go to norm_quant.cu (launch_row_group_quant) where its kernels
-// apply: the row kernel above 256 rows (plain or masked), its decode kernel at <= 256 plain
-// rows (g=128, fp8 without a clamp, fp32 scales in either layout or packed UE8M0 scales); the
-// kernel below serves the rest.
+// The masked input (with or without the fused SiLU) takes group_quant_masked_kernel below.
+// Other calls without the fused SiLU go to norm_quant.cu (launch_row_group_quant) where its
+// kernels apply: the row kernel above 256 rows, its decode kernel at <= 256 rows (g=128, fp8
+// without a clamp, fp32 scales in either layout or packed UE8M0 scales); the flat kernel below
+// serves the rest.
 //
 // The input is one flat index space of 16-byte vectors; a group (group_size elements) is
 // kVpg consecutive vectors, held by kVpg consecutive lanes of one warp, so its maximum is a
