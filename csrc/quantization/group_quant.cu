@@ -120,6 +120,21 @@ __device__ __forceinline__ void quantize_loaded(const GroupQuantParams<T>& p, co
   }
 }
 
+// Loads vector `vec` of the input (plain) or, with the fused SiLU, vector `col` of row `row`'s
+// gate half into a and its partner in the up half into b (the input's rows are 2 * hidden long).
+template <typename T, bool kSilu, LoadPolicy kLoad>
+__device__ __forceinline__ void load_input(const GroupQuantParams<T>& p, int64_t row, uint32_t col, int64_t vec,
+                                           Vec16<T>& a, Vec16<T>& b) {
+  constexpr int kVec = kVec16<T>;
+  if constexpr (kSilu) {
+    const T* x = p.input + row * 2 * p.hidden + static_cast<int64_t>(col) * kVec;
+    a = load16<T, kLoad>(x);
+    b = load16<T, kLoad>(x + p.hidden);
+  } else {
+    a = load16<T, kLoad>(p.input + vec * kVec);
+  }
+}
+
 // kPin (one vector a thread, plain loads): the thread's first input address is formed before
 // the PDL wait and prefetched (pdl_wait_prefetched, sgl_kernel/arch.cuh), so the parameter
 // loads and the index arithmetic are done when the wait returns.
@@ -162,15 +177,7 @@ __global__ void __launch_bounds__(kThreads)
         active[u] = static_cast<int32_t>(t) < p.masked_m[e];
       }
     }
-    if (active[u]) {
-      if constexpr (kSilu) {
-        const T* x = p.input + static_cast<int64_t>(rows[u]) * 2 * hidden + static_cast<int64_t>(cols[u]) * kVec;
-        a[u] = load16<T, kLoad>(x);
-        b[u] = load16<T, kLoad>(x + hidden);
-      } else {
-        a[u] = load16<T, kLoad>(p.input + static_cast<int64_t>(i) * kVec);
-      }
-    }
+    if (active[u]) load_input<T, kSilu, kLoad>(p, rows[u], cols[u], i, a[u], b[kSilu ? u : 0]);
   }
   quantize_loaded<T, kCode, kVpg, kUnroll, kSilu>(p, a, b, active, out_vec, cols,
                                                   [&](int u, uint32_t& e, uint32_t& t) {
@@ -230,13 +237,8 @@ __global__ void __launch_bounds__(kThreads)
       active[u] = i < total;
       out_vec[u] = static_cast<uint32_t>(first_row) * vpr + i;  // < total_vec
       if (active[u]) {
-        if constexpr (kSilu) {
-          const T* x = p.input + (first_row + toks[u]) * 2 * hidden + static_cast<int64_t>(cols[u]) * kVec;
-          a[u] = load16<T, LoadPolicy::kDefault>(x);
-          b[u] = load16<T, LoadPolicy::kDefault>(x + hidden);
-        } else {
-          a[u] = load16<T, LoadPolicy::kDefault>(p.input + static_cast<int64_t>(out_vec[u]) * kVec);
-        }
+        load_input<T, kSilu, LoadPolicy::kDefault>(p, first_row + toks[u], cols[u], out_vec[u], a[u],
+                                                   b[kSilu ? u : 0]);
       }
     }
     quantize_loaded<T, kCode, kVpg, kUnroll, kSilu>(p, a, b, active, out_vec, cols,
