@@ -178,8 +178,34 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
   if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
   float f[kK][kE];
   Vec<T, kE> w[kK];
-  float sum_sq =
-      decode_row_load<T, kE, kK, kFused, kTrig == PdlTrigger::kAfterLoads>(in, res, p.weight + part, f, w, scratch);
+  // The fused op: f <- f * w (Gemma: f * (1 + w)) before the block's sum is reduced, so that
+  // these products fill the stalls of its shuffles and barrier, and after it only f * scale is
+  // rounded and stored. ((f * w) * scale rounds differently from (f * scale) * w in the last
+  // fp32 bit, before the rounding to T.)
+  // NOTE (session 36, H200, tune_rmsnorm.cu --streams 64, bf16, "prod" before / after, three
+  // rounds each on two machines, us at T = 1 / 16 / 64 / 128): fused H=7168 1.49-1.51 / 1.65 /
+  // 1.79 / 2.18-2.19 -> 1.45-1.47 / 1.61 / 1.74 / 2.19-2.20 and 1.57-1.58 / 1.63-1.64 /
+  // 1.76-1.78 / 2.36-2.38 -> 1.53-1.54 / 1.59-1.60 / 1.71-1.73 / 2.36-2.37; H=4096 within 0.01.
+  // The plain op lost with it (H=8192 T=128 2.01 -> 2.12-2.13, H=7168 1.89 -> 2.04-2.05: its
+  // sum needs only the input, so the weight's loads were still in flight when the products
+  // waited for them), and with the weight loaded before the input as well (2.08-2.09); so did
+  // the fused norm + quant decode kernel (norm_quant.cu; H=7168 T=128 2.26-2.27 -> 2.28,
+  // column-major scales 2.39-2.41 -> 2.41-2.43, T=1 0.01-0.02 faster). The vector kernel's
+  // fused H=8192 rows moved by at most 0.02 with it: not taken there.
+  auto weigh = [&](float (&v)[kK][kE]) {
+    if constexpr (kFused) {
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+#pragma unroll
+        for (int e = 0; e < kE; ++e) {
+          const float g = to_float(w[k][e]);
+          v[k][e] *= kGemma ? 1.0f + g : g;
+        }
+      }
+    }
+  };
+  float sum_sq = decode_row_load<T, kE, kK, kFused, kTrig == PdlTrigger::kAfterLoads>(in, res, p.weight + part, f, w,
+                                                                                      scratch, true, weigh);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
     __shared__ float partial[kMaxClusterBlocks];  // cluster_reduce's table
@@ -193,7 +219,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
       const float g = to_float(w[k][e]);
-      o[e] = from_float<T>(f[k][e] * scale * (kGemma ? 1.0f + g : g));
+      o[e] = from_float<T>(kFused ? f[k][e] * scale : f[k][e] * scale * (kGemma ? 1.0f + g : g));
     }
     if constexpr (sizeof(o) == 16) {
       store_vec(out + decode_col<kE, kK>(k), o);

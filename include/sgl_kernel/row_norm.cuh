@@ -225,20 +225,29 @@ __device__ __forceinline__ float decode_row_sum(const Vec<T, kElems> (&x)[kK], c
   return sum_sq;
 }
 
+// decode_row_load's step between the lane's sum of squares and the block's: none.
+struct NoPreSum {
+  template <typename F>
+  __device__ __forceinline__ void operator()(F&) const {}
+};
+
 // Loads this lane's part of the row (fused: input + residual rounded to T, stored back into the
 // residual) and of the weight, all loads before any store; f: the row in fp32. Returns the
 // row's sum of squares, summed over the block (every thread of the block must call it).
 // owned = false (warp-uniform; split rows, where several blocks read a row for its sum and
 // each writes its own part): the warp loads no weight and stores no residual. kTrigger: the PDL
-// trigger once the loads are issued (PdlTrigger::kAfterLoads).
-template <typename T, int kElems, int kK, bool kFused, bool kTrigger = false>
+// trigger once the loads are issued (PdlTrigger::kAfterLoads). pre_sum(f): run once the lane's
+// sum of squares is formed, before the block's (work that needs no scale, e.g. f * w).
+template <typename T, int kElems, int kK, bool kFused, bool kTrigger = false, typename PreSum = NoPreSum>
 __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* weight, float (&f)[kK][kElems],
-                                                 Vec<T, kElems> (&w)[kK], float* scratch, bool owned = true) {
+                                                 Vec<T, kElems> (&w)[kK], float* scratch, bool owned = true,
+                                                 PreSum pre_sum = PreSum{}) {
   using V = Vec<T, kElems>;
   V x[kK], r[kFused ? kK : 1];
   decode_row_fetch<T, kElems, kK, kFused>(in, res, weight, owned, x, r, w);
   if constexpr (kTrigger) SGL_PDL_LAUNCH_DEPENDENTS();
   const float sum_sq = decode_row_sum<T, kElems, kK, kFused>(x, r, res, owned, f);
+  pre_sum(f);
   return row_group_sum(sum_sq, static_cast<int>(blockDim.x), scratch);
 }
 
