@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
   constexpr bool kMid = kTrig == PdlTrigger::kAfterLoads;
   if (row_valid) sum_sq = load_row_sum_sq<T, kVpt, kFused, kLoad, kMid>(in, res, p.weight, x, w, exists, col);
   // (tpr > 32: at most 2 row groups per 128-thread block, named barriers 1 and 2.)
-  sum_sq = row_group_sum(sum_sq, tpr, scratch);
+  sum_sq = row_group_sum<kTpr>(sum_sq, tpr, scratch);
   if (row_valid) {
     const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
 #pragma unroll

@@ -120,8 +120,10 @@ inline int row_group_threads(int64_t hv, int vpt, int min_tpr, int max_threads) 
 // inside the group), then across the group's warps behind a named barrier of its own (ids
 // 1 + threadIdx.y: a group never waits for the rest of the block). `scratch`: shared memory,
 // one float per warp of the block. Every thread of the group must call it, rows past the end
-// included.
+// included. kTpr > 0: tpr == kTpr, known at compile time (see below).
+template <int kTpr = 0>
 __device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch) {
+  if constexpr (kTpr > 0) tpr = kTpr;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     if (offset < tpr) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -132,11 +134,33 @@ __device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch)
     if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
     asm volatile("bar.sync %0, %1;" ::"r"(static_cast<int>(threadIdx.y) + 1), "r"(tpr) : "memory");
     // Every warp adds the partials with the same xor tree (float addition commutes, so every
-    // lane of every warp ends with the same bits).
+    // lane of every warp ends with the same bits). With kTpr, each aligned run of `span` lanes
+    // (the warp count rounded up to a power of two) holds all the partials, zeros past them,
+    // and the tree takes only the offsets below span (3 steps instead of 5 for 8 warps). The
+    // bits are those of the 5-step tree, whose first steps added zeros to each lane's value
+    // (exact: the partials are sums of squares, never -0).
+    // NOTE (session 36, H200, tune_rmsnorm.cu --streams 64, bf16, three rounds on each of two
+    // machines, us at T = 1 / 16 / 64 / 128): the fused op's 256-thread H=8192 instance 1.53 /
+    // 1.70-1.71 / 1.84-1.85 / 2.38-2.39 -> 1.48-1.49 / 1.66-1.67 / 1.82 / 2.37 and 1.53 / 1.71 /
+    // 1.87 / 2.36-2.37 -> 1.48 / 1.66 / 1.84 / 2.35; H=16384 plain T = 64 / 128 2.26-2.29 /
+    // 2.87-2.91 -> 2.22-2.23 / 2.84-2.85; bench_norm.py fused H=8192 T=128 2.36 -> 2.31. With the
+    // warp count known only at run
+    // time (the decode kernels), the steps under run-time branches were slower: fused H=7168
+    // 1.45-1.46 / 1.61-1.62 / 1.74-1.75 / 2.19-2.20 -> 1.58 / 1.69-1.70 / 1.82-1.83 /
+    // 2.24-2.25, norm + quant H=7168 T=1 1.26 -> 1.34; those keep the 5 steps.
     const int lane = threadIdx.x & 31;
-    v = lane < warps ? mine[lane] : 0.f;
+    if constexpr (kTpr > 0) {
+      constexpr int kWarps = kTpr / 32;
+      constexpr int kSpan = kWarps <= 2 ? kWarps : kWarps <= 4 ? 4 : kWarps <= 8 ? 8 : kWarps <= 16 ? 16 : 32;
+      const int slot = lane & (kSpan - 1);
+      v = slot < kWarps ? mine[slot] : 0.f;
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      for (int offset = kSpan / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    } else {
+      v = lane < warps ? mine[lane] : 0.f;
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    }
   }
   return v;
 }
