@@ -39,19 +39,53 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaskedMaxExperts = 65535;
 constexpr int kMaskedWaves = 2;
 
-// The steps after the loads, shared by the flat kernel and the masked one below, in phases over
-// all u (values and maxima, shuffles, scales, stores), so that the latency chains of the
-// kUnroll vectors overlap (see row_quant.cu). a, b: the loaded vectors (b: the SiLU gate
-// halves' partners); active[u]: vector u is inside the work (a group is wholly active or wholly
-// inactive; every lane takes part in the shuffles); out_vec[u]: its index among the output's
-// 16-byte vectors (< 2^32: the launchers' limit); col[u]: its index within its row; at(u, e,
-// t): the expert and token of its row (the scale's coordinates).
+// A thread's kUnroll vectors, shared by the flat kernel and the masked one below: a, b (b: the
+// SiLU gate halves' partners); active[u]: vector u is inside the work (a group is wholly active
+// or wholly inactive; every lane takes part in the shuffles); out_vec[u]: its index among the
+// output's 16-byte vectors (< 2^32: the launchers' limit); row[u], col[u]: its row (in the
+// kernel's numbering) and its index within the row.
+template <typename T, int kUnroll, bool kSilu>
+struct Loaded {
+  Vec16<T> a[kUnroll];
+  Vec16<T> b[kSilu ? kUnroll : 1];
+  bool active[kUnroll];
+  uint32_t row[kUnroll], col[kUnroll], out_vec[kUnroll];
+
+  // Vector u is vector i of `total` (split into row and column by vec_per_row), output vector out.
+  __device__ __forceinline__ void place(int u, uint32_t i, uint32_t total, const FastDivmod& vec_per_row,
+                                        uint32_t out) {
+    vec_per_row.divmod(i, row[u], col[u]);
+    active[u] = i < total;
+    out_vec[u] = out;
+  }
+
+  // Loads vector u: plain, input vector out_vec[u]; with the fused SiLU, vector col[u] of input
+  // row `input_row`'s gate half into a and its partner in the up half into b (rows of 2 * hidden).
+  template <LoadPolicy kLoad>
+  __device__ __forceinline__ void load(const GroupQuantParams<T>& p, int u, int64_t input_row) {
+    constexpr int kVec = kVec16<T>;
+    if constexpr (kSilu) {
+      const T* x = p.input + input_row * 2 * p.hidden + static_cast<int64_t>(col[u]) * kVec;
+      a[u] = load16<T, kLoad>(x);
+      b[u] = load16<T, kLoad>(x + p.hidden);
+    } else {
+      a[u] = load16<T, kLoad>(p.input + static_cast<int64_t>(out_vec[u]) * kVec);
+    }
+  }
+};
+
+// The steps after the loads, in phases over all u (values and maxima, shuffles, scales,
+// stores), so that the latency chains of the kUnroll vectors overlap (see row_quant.cu). at(u,
+// e, t): the expert and token of vector u's row (the scale's coordinates).
 template <typename T, QuantCode kCode, int kVpg, int kUnroll, bool kSilu, typename At>
-__device__ __forceinline__ void quantize_loaded(const GroupQuantParams<T>& p, const Vec16<T> (&a)[kUnroll],
-                                                const Vec16<T> (&b)[kSilu ? kUnroll : 1],
-                                                const bool (&active)[kUnroll], const uint32_t (&out_vec)[kUnroll],
-                                                const uint32_t (&col)[kUnroll], At at) {
+__device__ __forceinline__ void quantize_loaded(const GroupQuantParams<T>& p, const Loaded<T, kUnroll, kSilu>& v,
+                                                At at) {
   constexpr int kVec = kVec16<T>;
+  const auto& a = v.a;
+  const auto& b = v.b;
+  const auto& active = v.active;
+  const auto& out_vec = v.out_vec;
+  const auto& col = v.col;
   auto value = [&](int u, int e) {
     if constexpr (kSilu) {
       // Rounded to T exactly as silu_and_mul stores it.
@@ -120,21 +154,6 @@ __device__ __forceinline__ void quantize_loaded(const GroupQuantParams<T>& p, co
   }
 }
 
-// Loads vector `vec` of the input (plain) or, with the fused SiLU, vector `col` of row `row`'s
-// gate half into a and its partner in the up half into b (the input's rows are 2 * hidden long).
-template <typename T, bool kSilu, LoadPolicy kLoad>
-__device__ __forceinline__ void load_input(const GroupQuantParams<T>& p, int64_t row, uint32_t col, int64_t vec,
-                                           Vec16<T>& a, Vec16<T>& b) {
-  constexpr int kVec = kVec16<T>;
-  if constexpr (kSilu) {
-    const T* x = p.input + row * 2 * p.hidden + static_cast<int64_t>(col) * kVec;
-    a = load16<T, kLoad>(x);
-    b = load16<T, kLoad>(x + p.hidden);
-  } else {
-    a = load16<T, kLoad>(p.input + vec * kVec);
-  }
-}
-
 // kPin (one vector a thread, plain loads): the thread's first input address is formed before
 // the PDL wait and prefetched (pdl_wait_prefetched, sgl_kernel/arch.cuh), so the parameter
 // loads and the index arithmetic are done when the wait returns.
@@ -160,31 +179,25 @@ __global__ void __launch_bounds__(kThreads)
   }
   SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
 
-  Vec16<T> a[kUnroll];
-  Vec16<T> b[kSilu ? kUnroll : 1];
-  bool active[kUnroll];
-  uint32_t rows[kUnroll], cols[kUnroll], out_vec[kUnroll];
+  Loaded<T, kUnroll, kSilu> v;
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const uint32_t i = base + u * kThreads;
-    vec_per_row.divmod(i, rows[u], cols[u]);
-    out_vec[u] = i;
-    active[u] = i < total_vec;
+    v.place(u, i, total_vec, vec_per_row, i);
     if constexpr (kMasked) {
-      if (active[u]) {
+      if (v.active[u]) {
         uint32_t e, t;
-        tokens.divmod(rows[u], e, t);
-        active[u] = static_cast<int32_t>(t) < p.masked_m[e];
+        tokens.divmod(v.row[u], e, t);
+        v.active[u] = static_cast<int32_t>(t) < p.masked_m[e];
       }
     }
-    if (active[u]) load_input<T, kSilu, kLoad>(p, rows[u], cols[u], i, a[u], b[kSilu ? u : 0]);
+    if (v.active[u]) v.template load<kLoad>(p, u, v.row[u]);
   }
-  quantize_loaded<T, kCode, kVpg, kUnroll, kSilu>(p, a, b, active, out_vec, cols,
-                                                  [&](int u, uint32_t& e, uint32_t& t) {
-                                                    e = 0;
-                                                    t = rows[u];
-                                                    if constexpr (kMasked) tokens.divmod(rows[u], e, t);
-                                                  });
+  quantize_loaded<T, kCode, kVpg, kUnroll, kSilu>(p, v, [&](int u, uint32_t& e, uint32_t& t) {
+    e = 0;
+    t = v.row[u];
+    if constexpr (kMasked) tokens.divmod(v.row[u], e, t);
+  });
 }
 
 // The masked 3-D input ([E, T, H], token t of expert e processed only when t < masked_m[e]):
@@ -226,26 +239,17 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t rows_e = static_cast<uint32_t>(min(max(m, 0), static_cast<int32_t>(p.tokens_per_expert)));
   const uint32_t total = rows_e * vpr;  // < 2^32: at most the flat kernel's total_vec
   for (uint32_t start = blockIdx.x * kChunk; start < total; start += gridDim.x * kChunk) {
-    Vec16<T> a[kUnroll];
-    Vec16<T> b[kSilu ? kUnroll : 1];
-    bool active[kUnroll];
-    uint32_t toks[kUnroll], cols[kUnroll], out_vec[kUnroll];
+    Loaded<T, kUnroll, kSilu> v;  // (rows: the expert's tokens)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t i = start + u * kThreads + threadIdx.x;
-      vec_per_row.divmod(i, toks[u], cols[u]);
-      active[u] = i < total;
-      out_vec[u] = static_cast<uint32_t>(first_row) * vpr + i;  // < total_vec
-      if (active[u]) {
-        load_input<T, kSilu, LoadPolicy::kDefault>(p, first_row + toks[u], cols[u], out_vec[u], a[u],
-                                                   b[kSilu ? u : 0]);
-      }
+      v.place(u, i, total, vec_per_row, static_cast<uint32_t>(first_row) * vpr + i);  // < total_vec
+      if (v.active[u]) v.template load<LoadPolicy::kDefault>(p, u, first_row + v.row[u]);
     }
-    quantize_loaded<T, kCode, kVpg, kUnroll, kSilu>(p, a, b, active, out_vec, cols,
-                                                    [&](int u, uint32_t& ex, uint32_t& t) {
-                                                      ex = e;
-                                                      t = toks[u];
-                                                    });
+    quantize_loaded<T, kCode, kVpg, kUnroll, kSilu>(p, v, [&](int u, uint32_t& ex, uint32_t& t) {
+      ex = e;
+      t = v.row[u];
+    });
   }
 }
 
