@@ -850,14 +850,14 @@ cudaError_t launch_warp_rows_g(const RowQuantParams<T>& p, cudaStream_t stream, 
   if (p.residual != nullptr) {
     if constexpr (kG <= 14) {
       return f32 ? launch_warp_rows_v<T, true, kF32, kG, false, true, 128>(p, stream, kThreads, device)
-                     : launch_warp_rows_v<T, true, kPacked, kG, false, true, 128>(p, stream, kThreads, device);
+                 : launch_warp_rows_v<T, true, kPacked, kG, false, true, 128>(p, stream, kThreads, device);
     } else {
       return cudaErrorNotSupported;
     }
   }
   constexpr bool kAhead = kG != 18;
   return f32 ? launch_warp_rows_v<T, false, kF32, kG, kAhead, true, 128>(p, stream, kThreads, device)
-                 : launch_warp_rows_v<T, false, kPacked, kG, kAhead, true, 128>(p, stream, kThreads, device);
+             : launch_warp_rows_v<T, false, kPacked, kG, kAhead, true, 128>(p, stream, kThreads, device);
 }
 
 // The warp-rows kernel where kWarpRows takes p (launch_norm_decode's conditions met; fast_memory:
@@ -1364,9 +1364,9 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
     if (cs > 1 && p.hidden % (per_warp * cs) == 0 && p.hidden / cs / per_warp * 32 <= kDecodeMaxThreads) {
       const int threads = static_cast<int>(p.hidden / cs / per_warp * 32);
       const cudaError_t err = f32 ? (fused ? launch_norm_decode_cluster<T, true, kF32>(p, cs, threads, stream)
-                                               : launch_norm_decode_cluster<T, false, kF32>(p, cs, threads, stream))
-                                      : (fused ? launch_norm_decode_cluster<T, true, kPacked>(p, cs, threads, stream)
-                                               : launch_norm_decode_cluster<T, false, kPacked>(p, cs, threads, stream));
+                                           : launch_norm_decode_cluster<T, false, kF32>(p, cs, threads, stream))
+                                  : (fused ? launch_norm_decode_cluster<T, true, kPacked>(p, cs, threads, stream)
+                                           : launch_norm_decode_cluster<T, false, kPacked>(p, cs, threads, stream));
       if (err != cudaErrorNotSupported) return err;
     }
   }
@@ -1378,25 +1378,25 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
     const dim3 grid(static_cast<uint32_t>(pieces), static_cast<uint32_t>(p.rows));
     const dim3 block(static_cast<uint32_t>((warps + pieces - 1) / pieces * 32));
     return f32 ? launch_decode_gpw<T, false, false, kF32, true>(p, gpw, grid, block, stream)
-                   : launch_decode_gpw<T, false, false, kPacked, true>(p, gpw, grid, block, stream);
+               : launch_decode_gpw<T, false, false, kPacked, true>(p, gpw, grid, block, stream);
   }
   if (split < 0) split = norm_decode_split(p.rows, warps);
   if (!norm || fused || gpw != kDecodeGroupsPerLane || (split != 2 && split != 4) || warps % split != 0) split = 1;
   const dim3 grid(static_cast<uint32_t>(p.rows * split)), block(static_cast<uint32_t>(warps * 32));
   if (!norm) {
     return f32 ? launch_decode_gpw<T, false, false, kF32>(p, gpw, grid, block, stream)
-                   : launch_decode_gpw<T, false, false, kPacked>(p, gpw, grid, block, stream);
+               : launch_decode_gpw<T, false, false, kPacked>(p, gpw, grid, block, stream);
   }
   if (fused) {
     return f32 ? launch_decode_gpw<T, true, true, kF32>(p, gpw, grid, block, stream)
-                   : launch_decode_gpw<T, true, true, kPacked>(p, gpw, grid, block, stream);
+               : launch_decode_gpw<T, true, true, kPacked>(p, gpw, grid, block, stream);
   }
   if (gpw != kDecodeGroupsPerLane) {
     return f32 ? launch_decode_gpw<T, false, true, kF32>(p, gpw, grid, block, stream)
-                   : launch_decode_gpw<T, false, true, kPacked>(p, gpw, grid, block, stream);
+               : launch_decode_gpw<T, false, true, kPacked>(p, gpw, grid, block, stream);
   }
   return f32 ? launch_norm_decode_split<T, kF32>(p, split, grid, block, stream)
-                 : launch_norm_decode_split<T, kPacked>(p, split, grid, block, stream);
+             : launch_norm_decode_split<T, kPacked>(p, split, grid, block, stream);
 }
 
 template <typename T, QuantCode kCode, int kVpt, int kMaxRegs, bool kFused, bool kNorm = true>
