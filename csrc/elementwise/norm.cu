@@ -63,7 +63,7 @@ template <typename T, int kVpt, bool kFused, bool kGemma, int kTpr = 0, PdlTrigg
 __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_regs(kVpt))
     rmsnorm_vec_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
   constexpr int kVec = kVec16<T>;
-  __shared__ float scratch[32];  // one partial sum per warp of the block
+  __shared__ __align__(16) float scratch[32];  // one partial sum per warp of the block
 
   const int lane = threadIdx.x;
   const int tpr = kTpr > 0 ? kTpr : static_cast<int>(blockDim.x);
@@ -151,11 +151,12 @@ int decode_chunks(int64_t hidden) {
 // shared memory in rank order (cluster_reduce), so every block gets the same scale.
 // kTrig: the PDL trigger right after the wait (the launcher's choice) or once the loads are issued.
 // kE, kK: elements a lane loads at a time and chunks a warp (the decode layout's; a warp holds
-// 32 * kE * kK elements of the row).
+// 32 * kE * kK elements of the row). kWarps > 0: the block's warps (blockDim.x / 32), compiled in
+// (row_group_sum<32 * kWarps>: no shuffles after the barrier).
 template <typename T, bool kFused, bool kGemma, bool kCluster = false, PdlTrigger kTrig = PdlTrigger::kEarly,
-          int kE = kDecodeElems, int kK = kDecodeChunks>
+          int kE = kDecodeElems, int kK = kDecodeChunks, int kWarps = 0>
 __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   uint32_t row = blockIdx.x, rank = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
@@ -204,8 +205,8 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
       }
     }
   };
-  float sum_sq = decode_row_load<T, kE, kK, kFused, kTrig == PdlTrigger::kAfterLoads>(in, res, p.weight + part, f, w,
-                                                                                      scratch, true, weigh);
+  float sum_sq = decode_row_load<T, kE, kK, kFused, kTrig == PdlTrigger::kAfterLoads, kWarps>(
+      in, res, p.weight + part, f, w, scratch, true, weigh);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kCluster) {
     __shared__ float partial[kMaxClusterBlocks];  // cluster_reduce's table
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_decode_kernel(const RmsNormParam
 // kWarpRows: a warp a row (scalar_warp_rows: many rows of at most 128 elements).
 template <typename T, bool kFused, bool kGemma, bool kWarpRows = false>
 __global__ void __launch_bounds__(1024) rmsnorm_scalar_kernel(const RmsNormParams<T> p, const FastDivmod rows_inner) {
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   const ScalarRow<kWarpRows> at;
   const int64_t step = at.step;
   uint32_t outer, inner;
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
   constexpr int kVec = kVec16<T>;
   constexpr LoadPolicy kFirst = twopass_policy(kHint, 0), kAgain = twopass_policy(kHint, 1),
                        kWeight = twopass_policy(kHint, 2), kInput = kFused ? twopass_policy(kHint, 3) : kFirst;
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   uint32_t outer, inner;
   rows_inner.divmod(blockIdx.x, outer, inner);
   const T* in = p.input + row_offset(p.input_rows, outer, inner);
@@ -388,7 +389,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kVec = kVec16<T>;
   constexpr LoadPolicy kFirst = twopass_policy(kHint, 0), kAgain = twopass_policy(kHint, 1),
                        kWeight = twopass_policy(kHint, 2), kInput = kFused ? twopass_policy(kHint, 3) : kFirst;
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   const T* in;
   T* res = nullptr;
   T* out;
@@ -836,15 +837,26 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
       constexpr int kK8 = 8;
       const dim3 grid(static_cast<uint32_t>(p.rows));
       const dim3 block(static_cast<uint32_t>(p.hidden / (32 * kDecodeElems * kK8) * 32));
+      // The warp count compiled in: 6 / 7 / 8 (kDec8Rows' rows of 6144 / 7168 / 8192; the mid
+      // trigger only at 8192). row_group_sum's NOTE, session 37: e.g. plain H=8192 T=128 2.02 ->
+      // 1.92, H=7168 T=208 2.25 -> 2.13, fused H=7168 T=208 2.92 -> 2.73 us.
+      constexpr PdlTrigger kEarly = PdlTrigger::kEarly, kMid = PdlTrigger::kAfterLoads;
       if constexpr (!kFused) {
-        if (dec8 == 2) {
-          return launch_kernel(
-              rmsnorm_decode_kernel<T, false, kGemma, false, PdlTrigger::kAfterLoads, kDecodeElems, kK8>, grid,
-              block, 0, stream, p.enable_pdl, p, rows_inner);
+        if (dec8 == 2 && block.x == 8 * 32) {
+          return launch_kernel(rmsnorm_decode_kernel<T, false, kGemma, false, kMid, kDecodeElems, kK8, 8>, grid, block,
+                               0, stream, p.enable_pdl, p, rows_inner);
         }
       }
-      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, PdlTrigger::kEarly, kDecodeElems, kK8>,
-                           grid, block, 0, stream, p.enable_pdl, p, rows_inner);
+      switch (block.x / 32) {
+        case 6: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8, 6>, grid,
+                                     block, 0, stream, p.enable_pdl, p, rows_inner);
+        case 7: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8, 7>, grid,
+                                     block, 0, stream, p.enable_pdl, p, rows_inner);
+        case 8: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8, 8>, grid,
+                                     block, 0, stream, p.enable_pdl, p, rows_inner);
+        default: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8>, grid,
+                                      block, 0, stream, p.enable_pdl, p, rows_inner);
+      }
     }
   }
   // A warp's share of the row: 4 chunks of 128 elements, or 2 or 1 (kDecodeShortChunksMin).
@@ -869,9 +881,22 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
                                      block, 0, stream, p.enable_pdl, p, rows_inner);
         case 2: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, 2>, grid,
                                      block, 0, stream, p.enable_pdl, p, rows_inner);
-        default: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl,
-                                      p, rows_inner);
+        default: break;
       }
+      // 4 chunks a warp; the warp count compiled in for 16-bit rows of 8 and 14 warps (H = 4096,
+      // 7168), as kDec8Rows' kernels.
+      if constexpr (sizeof(T) == 2) {
+        if (block.x == 8 * 32) {
+          return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kDecodeChunks, 8>,
+                               grid, block, 0, stream, p.enable_pdl, p, rows_inner);
+        }
+        if (block.x == 14 * 32) {
+          return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kDecodeChunks, 14>,
+                               grid, block, 0, stream, p.enable_pdl, p, rows_inner);
+        }
+      }
+      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl, p,
+                           rows_inner);
     }
   }
   if (vec_ok) {

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(norm_quant_max_threads(kMaxRegs)) __maxnreg__(
   constexpr int kVec = kVec16<T>;
   using Wd = Words<T>;
   constexpr int kPer = Wd::kPer;
-  __shared__ float scratch[32];  // one partial sum per warp of the block
+  __shared__ __align__(16) float scratch[32];  // one partial sum per warp of the block
 
   const int lane = threadIdx.x;
   const int tpr = blockDim.x;
@@ -181,7 +181,7 @@ constexpr int kScalarGroupElems = 8;  // group sizes up to 256 (the op's limit)
 
 template <typename T, QuantCode kCode, bool kFused>
 __global__ void __launch_bounds__(1024) norm_quant_scalar_kernel(const RowQuantParams<T> p) {
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   const int64_t row = blockIdx.x;
   const T* in = p.input + row * p.input_stride;
   T* res = kFused ? p.residual + row * p.residual_stride : nullptr;
@@ -399,7 +399,7 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
 }
 
 template <typename T, bool kFused, DecodeScales kScales, bool kNorm = true, bool kCluster = false, int kSplit = 1,
-          PdlTrigger kTrig = PdlTrigger::kEarly, int kK = kDecodeGroupsPerLane, bool kPieces = false>
+          PdlTrigger kTrig = PdlTrigger::kEarly, int kK = kDecodeGroupsPerLane, bool kPieces = false, int kWarps = 0>
 __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(const RowQuantParams<T> p) {
   constexpr int kElems = 4;  // elements of a group a lane holds: 8 bytes of 16-bit input, 16 of fp32
   using V = Vec<T, kElems>;
@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   static_assert(kNorm || !kCluster, "clusters share a row's sum of squares");
   static_assert((kNorm && !kCluster && !kFused) || kSplit == 1,
                 "split rows: the norm only, without a cluster, and not the fused op (its in-place residual)");
-  __shared__ float scratch[32];
+  __shared__ __align__(16) float scratch[32];
   const int lane = threadIdx.x & 31;
   int64_t row = kPieces ? blockIdx.y : blockIdx.x / kSplit;
   // This block's warps [first, first + warps / kSplit) write (all of them without a split).
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
   V w[kNorm ? kK : 1];
   float rstd = 1.f;
   if constexpr (kNorm) {
-    float sum_sq = decode_row_load<T, kElems, kK, kFused, kTrig == PdlTrigger::kAfterLoads>(
+    float sum_sq = decode_row_load<T, kElems, kK, kFused, kTrig == PdlTrigger::kAfterLoads, kWarps>(
         p.input + row * p.input_stride + part, kFused ? p.residual + row * p.residual_stride + part : nullptr,
         p.weight + part, f, w, scratch, owned);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -949,13 +949,43 @@ int norm_decode_split(int64_t rows, int64_t warps) {
   return warps % 2 == 0 ? 2 : 1;
 }
 
+// The norm ops' decode kernel at 4 groups a warp, one block a row or kSplit (plain op), with the
+// warp count compiled in (row_group_sum<kTpr>: no shuffles after its barrier) for 16-bit rows of
+// 8 warps (H=4096) and of 14 (H=7168) with packed UE8M0 scales or, fp32 scales, the plain op's
+// unsplit rows. NOTE (session 37, H200, tune_norm_quant.cu --streams 64, bf16, three rounds, us
+// at T = 1 / 16 / 64 / 128, run-time warp count -> compiled in): H=4096 rmsnorm_q row-major 1.20
+// / 1.24 / 1.40 / 1.62 -> 1.20 / 1.24 / 1.31 / 1.53-1.55, add 1.38 / 1.44 / 1.54 / 1.81 -> 1.30 /
+// 1.35 / 1.46 / 1.73, packed and column-major alike; H=7168 packed rmsnorm_q 1.33 / 1.40 / 1.74 /
+// 2.09 -> 1.31 / 1.38 / 1.69 / 2.08, add 1.75 / 1.79 / 1.98 / 2.38 -> 1.69 / 1.74 / 1.93 / 2.33;
+// H=7168 row-major rmsnorm_q 1.30 / 1.33 / 1.69 / 2.01 -> 1.31 / 1.37 / 1.64 / 1.95 (T=16 is
+// split), add 1.72 / 1.76 / 1.91 / 2.23 -> 1.73 / 1.81 / 1.96 / 2.21 and column-major add 1.72 /
+// 1.77 / 2.03 / 2.45 -> 1.73 / 1.81 / 2.11 / 2.46: those keep the run-time count.
+template <typename T, bool kFused, DecodeScales kScales, int kSplit = 1>
+cudaError_t launch_norm_decode_warps(const RowQuantParams<T>& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
+  constexpr int kK = kDecodeGroupsPerLane;
+  if constexpr (sizeof(T) == 2) {
+    if (block.x == 8 * 32) {
+      return launch_kernel(norm_quant_decode_kernel<T, kFused, kScales, true, false, kSplit, kEarly, kK, false, 8>,
+                           grid, block, 0, stream, p.enable_pdl, p);
+    }
+    constexpr bool k14 = kScales == DecodeScales::kPackedUe8m0 || (!kFused && kSplit == 1);
+    if (k14 && block.x == 14 * 32) {
+      return launch_kernel(norm_quant_decode_kernel<T, kFused, kScales, true, false, kSplit, kEarly, kK, false, 14>,
+                           grid, block, 0, stream, p.enable_pdl, p);
+    }
+  }
+  return launch_kernel(norm_quant_decode_kernel<T, kFused, kScales, true, false, kSplit>, grid, block, 0, stream,
+                       p.enable_pdl, p);
+}
+
 // The plain norm op's decode kernel with `split` blocks per row (1, 2 or 4; 4 groups a warp).
 template <typename T, DecodeScales kScales>
 cudaError_t launch_norm_decode_split(const RowQuantParams<T>& p, int split, dim3 grid, dim3 block, cudaStream_t stream) {
-  auto* kernel = split == 4   ? norm_quant_decode_kernel<T, false, kScales, true, false, 4>
-                 : split == 2 ? norm_quant_decode_kernel<T, false, kScales, true, false, 2>
-                              : norm_quant_decode_kernel<T, false, kScales, true, false, 1>;
-  return launch_kernel(kernel, grid, block, 0, stream, p.enable_pdl, p);
+  if (split == 4) return launch_kernel(norm_quant_decode_kernel<T, false, kScales, true, false, 4>, grid, block, 0,
+                                       stream, p.enable_pdl, p);
+  if (split == 2) return launch_norm_decode_warps<T, false, kScales, 2>(p, grid, block, stream);
+  return launch_norm_decode_warps<T, false, kScales, 1>(p, grid, block, stream);
 }
 
 // The decode kernel without a cluster or a split at gpw groups a warp (4, 2 or 1); kPieces:
@@ -1386,6 +1416,10 @@ cudaError_t launch_norm_decode(const RowQuantParams<T>& p, cudaStream_t stream, 
   if (!norm) {
     return f32 ? launch_decode_gpw<T, false, false, kF32>(p, gpw, grid, block, stream)
                : launch_decode_gpw<T, false, false, kPacked>(p, gpw, grid, block, stream);
+  }
+  if (fused && gpw == kDecodeGroupsPerLane) {
+    return f32 ? launch_norm_decode_warps<T, true, kF32>(p, grid, block, stream)
+               : launch_norm_decode_warps<T, true, kPacked>(p, grid, block, stream);
   }
   if (fused) {
     return f32 ? launch_decode_gpw<T, true, true, kF32>(p, gpw, grid, block, stream)

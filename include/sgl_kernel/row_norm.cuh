@@ -115,12 +115,26 @@ inline int row_group_threads(int64_t hv, int vpt, int min_tpr, int max_threads) 
   return static_cast<int>(tpr);
 }
 
+// part[0] + ... + part[kN - 1] (kN = 2 * kHalf, a power of two) as part[i] + part[i + kHalf],
+// halving: the order of an xor shuffle tree over kN lanes. A recursion, so that every index is
+// a constant (a loop over the halves left the array in local memory in norm_quant.cu).
+template <int kHalf, int kN>
+__device__ __forceinline__ float halving_sum(float (&part)[kN]) {
+  if constexpr (kHalf == 0) {
+    return part[0];
+  } else {
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) part[i] += part[i + kHalf];
+    return halving_sum<kHalf / 2>(part);
+  }
+}
+
 // Sum over the row group of tpr threads (a power of two below 32, or a multiple of 32): within
 // the warp (groups below 32 threads are aligned lane ranges, so xor offsets below tpr stay
 // inside the group), then across the group's warps behind a named barrier of its own (ids
 // 1 + threadIdx.y: a group never waits for the rest of the block). `scratch`: shared memory,
-// one float per warp of the block. Every thread of the group must call it, rows past the end
-// included. kTpr > 0: tpr == kTpr, known at compile time (see below).
+// one float per warp of the block, 16-byte aligned. Every thread of the group must call it, rows
+// past the end included. kTpr > 0: tpr == kTpr, known at compile time (see below).
 template <int kTpr = 0>
 __device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch) {
   if constexpr (kTpr > 0) tpr = kTpr;
@@ -133,30 +147,45 @@ __device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch)
     float* mine = scratch + threadIdx.y * warps;
     if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
     asm volatile("bar.sync %0, %1;" ::"r"(static_cast<int>(threadIdx.y) + 1), "r"(tpr) : "memory");
-    // Every warp adds the partials with the same xor tree (float addition commutes, so every
-    // lane of every warp ends with the same bits). With kTpr, each aligned run of `span` lanes
-    // (the warp count rounded up to a power of two) holds all the partials, zeros past them,
-    // and the tree takes only the offsets below span (3 steps instead of 5 for 8 warps). The
-    // bits are those of the 5-step tree, whose first steps added zeros to each lane's value
-    // (exact: the partials are sums of squares, never -0).
-    // NOTE (session 36, H200, tune_rmsnorm.cu --streams 64, bf16, three rounds on each of two
-    // machines, us at T = 1 / 16 / 64 / 128): the fused op's 256-thread H=8192 instance 1.53 /
-    // 1.70-1.71 / 1.84-1.85 / 2.38-2.39 -> 1.48-1.49 / 1.66-1.67 / 1.82 / 2.37 and 1.53 / 1.71 /
-    // 1.87 / 2.36-2.37 -> 1.48 / 1.66 / 1.84 / 2.35; H=16384 plain T = 64 / 128 2.26-2.29 /
-    // 2.87-2.91 -> 2.22-2.23 / 2.84-2.85; bench_norm.py fused H=8192 T=128 2.36 -> 2.31. With the
-    // warp count known only at run
-    // time (the decode kernels), the steps under run-time branches were slower: fused H=7168
-    // 1.45-1.46 / 1.61-1.62 / 1.74-1.75 / 2.19-2.20 -> 1.58 / 1.69-1.70 / 1.82-1.83 /
-    // 2.24-2.25, norm + quant H=7168 T=1 1.26 -> 1.34; those keep the 5 steps.
-    const int lane = threadIdx.x & 31;
+    // Run-time warp count: every warp adds the partials with one 5-step xor tree (float addition
+    // commutes, so every lane of every warp ends with the same bits). kTpr: every lane adds them
+    // all in registers in the order of the xor tree over `span` lanes (the warp count rounded up
+    // to a power of two), zeros past the partials; the bits are the 5-step tree's, whose first
+    // steps add zeros (exact: the partials are sums of squares, never -0).
+    // NOTE (H200, tune_rmsnorm.cu / tune_norm_quant.cu --streams 64, bf16, three rounds, us at
+    // T = 1 / 16 / 64 / 128):
+    // - session 36, the kTpr path as the span-wide xor tree (3 shuffles for 8 warps instead of 5):
+    //   the fused op's 256-thread H=8192 instance 1.53 / 1.71 / 1.87 / 2.36-2.37 -> 1.48 / 1.66 /
+    //   1.84 / 2.35; bench_norm.py fused H=8192 T=128 2.36 -> 2.31. The same steps under run-time
+    //   branches were slower (fused H=7168 1.45 / 1.61 / 1.74 / 2.19 -> 1.58 / 1.70 / 1.82 / 2.24).
+    // - session 37, the kTpr path in registers (no shuffle after the barrier), the decode kernels
+    //   given their warp count at compile time (norm.cu, norm_quant.cu): rmsnorm H=4096 (8 warps)
+    //   1.15 / 1.24 / 1.35 / 1.54 -> 0.98 / 1.06 / 1.20 / 1.44, H=7168 (14, T=128: 7) 1.26 / 1.33
+    //   / 1.55 / 1.91 -> 1.25 / 1.31 / 1.49 / 1.77, H=8192 T=128 (8) 2.02 -> 1.92; fused H=4096
+    //   1.21 / 1.30 / 1.42 / 1.75 -> 1.16 / 1.28 / 1.37 / 1.66; the 256-thread H=8192 vector
+    //   instance against its 3 shuffles: plain 1.28 / 1.35 / 1.57 -> 1.29 / 1.36 / 1.59 (T = 1 /
+    //   16 / 64), fused within 0.01. norm + quant: norm_quant.cu launch_norm_decode_warps.
     if constexpr (kTpr > 0) {
+      // Every lane reads all the partials (one address a load for the whole warp: a broadcast)
+      // in the widest pieces their alignment allows (`scratch` 16-byte aligned), and adds them
+      // in registers in the order the span-wide xor tree would: part[i] + part[i + half],
+      // halving, zeros past kWarps. No shuffles after the barrier.
       constexpr int kWarps = kTpr / 32;
       constexpr int kSpan = kWarps <= 2 ? kWarps : kWarps <= 4 ? 4 : kWarps <= 8 ? 8 : kWarps <= 16 ? 16 : 32;
-      const int slot = lane & (kSpan - 1);
-      v = slot < kWarps ? mine[slot] : 0.f;
+      constexpr int kPiece = kWarps % 4 == 0 ? 4 : kWarps % 2 == 0 ? 2 : 1;
+      using Piece = Vec<float, kPiece>;
+      float part[kSpan];
 #pragma unroll
-      for (int offset = kSpan / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      for (int i = 0; i < kWarps; i += kPiece) {
+        const Piece q = reinterpret_cast<const Piece*>(mine)[i / kPiece];
+#pragma unroll
+        for (int j = 0; j < kPiece; ++j) part[i + j] = q[j];
+      }
+#pragma unroll
+      for (int i = kWarps; i < kSpan; ++i) part[i] = 0.f;
+      v = halving_sum<kSpan / 2>(part);
     } else {
+      const int lane = threadIdx.x & 31;
       v = lane < warps ? mine[lane] : 0.f;
 #pragma unroll
       for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -262,7 +291,9 @@ struct NoPreSum {
 // each writes its own part): the warp loads no weight and stores no residual. kTrigger: the PDL
 // trigger once the loads are issued (PdlTrigger::kAfterLoads). pre_sum(f): run once the lane's
 // sum of squares is formed, before the block's (work that needs no scale, e.g. f * w).
-template <typename T, int kElems, int kK, bool kFused, bool kTrigger = false, typename PreSum = NoPreSum>
+// kWarps > 0: blockDim.x == 32 * kWarps, the block's sum taken by row_group_sum<32 * kWarps>.
+template <typename T, int kElems, int kK, bool kFused, bool kTrigger = false, int kWarps = 0,
+          typename PreSum = NoPreSum>
 __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* weight, float (&f)[kK][kElems],
                                                  Vec<T, kElems> (&w)[kK], float* scratch, bool owned = true,
                                                  PreSum pre_sum = PreSum{}) {
@@ -272,7 +303,7 @@ __device__ __forceinline__ float decode_row_load(const T* in, T* res, const T* w
   if constexpr (kTrigger) SGL_PDL_LAUNCH_DEPENDENTS();
   const float sum_sq = decode_row_sum<T, kElems, kK, kFused>(x, r, res, owned, f);
   pre_sum(f);
-  return row_group_sum(sum_sq, static_cast<int>(blockDim.x), scratch);
+  return row_group_sum<kWarps * 32>(sum_sq, static_cast<int>(blockDim.x), scratch);
 }
 
 }  // namespace sgl_kernel

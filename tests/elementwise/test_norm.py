@@ -158,8 +158,10 @@ def test_correctness_fp32(op, batch, hidden, gen):
 # 8192 fused, 12288 plain (the fused op's clusters from 12288: below), 16384 beyond 16 rows).
 # On sm90+, hidden >= 16384 runs in clusters of 8 blocks per row up to 16 rows (16 blocks at
 # >= 32768 up to 4 rows; decode_cluster_blocks): the row counts on either side of each limit;
-# (1, 16896) is no multiple of 8 * 512 (no cluster).
+# (1, 16896) is no multiple of 8 * 512 (no cluster). 16-bit rows of 4096 and 7168 (8 and 14 warps)
+# take instances with the warp count compiled in.
 DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384),
+                 (1, 4096), (64, 7168),
                  (1, 7168), (16, 8192), (17, 8192), (32, 7168), (33, 8192), (5, 12288), (20, 16384),
                  (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
 # Decode rows of a multiple of 256 or 128 elements from 1024 (decode_chunks: 2 or 1 chunks a
