@@ -51,7 +51,7 @@
 // right after the wait; "rtchk" = bounds checks kept although the row fits exactly.
 // "dx eEkK early|mid" (session 20) = norm.cu's rmsnorm_decode_kernel with E elements a lane
 // load (8: 16-byte pieces of bf16) and K chunks a warp, PDL trigger right after the wait or once
-// the loads are issued.
+// the loads are issued. "dw eEkKwW ..." (session 37): the same with its W warps compiled in.
 // "acc4" (session 32) = four partial sums of squares instead of one chain; "hadd" = the fused
 // sum as one add.rn.bf16x2 a word (production's Words<T>::add since session 32); "diag ...
 // nomath" = DIAGNOSTIC (wrong output): the same loads, barrier and stores without arithmetic.
@@ -668,6 +668,16 @@ cudaError_t run_decx(const P& p, cudaStream_t stream) {
                        stream, p.enable_pdl, p, rows_inner);
 }
 
+// As run_decx with the block's warp count kW compiled in (row_group_sum<32 * kW>, session 37):
+// rows of exactly kW * 32 * kE * kK elements.
+template <int kE, int kK, int kW, PdlTrigger kTrig, bool kFused>
+cudaError_t run_decw(const P& p, cudaStream_t stream) {
+  if (p.rows > 256 || p.hidden != int64_t{kW} * 32 * kE * kK) return cudaErrorNotSupported;
+  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  return launch_kernel(rmsnorm_decode_kernel<T, kFused, false, false, kTrig, kE, kK, kW>,
+                       dim3(static_cast<uint32_t>(p.rows)), dim3(kW * 32), 0, stream, p.enable_pdl, p, rows_inner);
+}
+
 // norm.cu's rmsnorm_exact_kernel on rows of exactly kThreads * kChunks vectors.
 template <int kThreads, int kChunks, int kHint, bool kRegs>
 cudaError_t run_exact_op(const P& p, cudaStream_t stream, bool fused) {
@@ -687,6 +697,10 @@ cudaError_t run_exact(const P& p, cudaStream_t stream) {
 
 #define DECX(NAME, E, K, TRIG, WHY) \
   Variant { NAME, run_decx<E, K, PdlTrigger::TRIG, false>, run_decx<E, K, PdlTrigger::TRIG, true>, WHY }
+#define DECW(NAME, E, K, W, TRIG, WHY)                                                                      \
+  Variant {                                                                                                \
+    NAME, run_decw<E, K, W, PdlTrigger::TRIG, false>, run_decw<E, K, W, PdlTrigger::TRIG, true>, WHY \
+  }
 #define IND(NAME, THREADS, CHUNKS, BYTES, PDL, WHY) \
   Variant { NAME, run_ind<THREADS, CHUNKS, BYTES, PDL>, run_unsupported, WHY }
 
@@ -866,6 +880,18 @@ const std::vector<Variant>& variants() {
       // Session 35: 16 chunks a warp (rows of 8192 on 4 warps of 8-byte loads).
       DECX("dx e4k16 early", 4, 16, kEarly, "the decode kernel, 4 elements a lane load, 16 chunks a warp, trigger early"),
       DECX("dx e4k16 mid", 4, 16, kAfterLoads, "the decode kernel, 4 elements a lane load, 16 chunks a warp, trigger mid"),
+      // Session 37: the decode layouts with the warp count compiled in ("dw eEkKwW": W warps).
+      DECW("dw e4k8w8 early", 4, 8, 8, kEarly, "dx e4k8 early, 8 warps compiled in (H=8192)"),
+      DECW("dw e4k8w8 mid", 4, 8, 8, kAfterLoads, "dx e4k8 mid, 8 warps compiled in (H=8192)"),
+      DECW("dw e4k4w16 early", 4, 4, 16, kEarly, "dx e4k4 early, 16 warps compiled in (H=8192)"),
+      DECW("dw e4k4w16 mid", 4, 4, 16, kAfterLoads, "dx e4k4 mid, 16 warps compiled in (H=8192)"),
+      DECW("dw e8k4w8 early", 8, 4, 8, kEarly, "dx e8k4 early, 8 warps compiled in (H=8192)"),
+      DECW("dw e8k4w8 mid", 8, 4, 8, kAfterLoads, "dx e8k4 mid, 8 warps compiled in (H=8192)"),
+      DECW("dw e8k8w4 early", 8, 8, 4, kEarly, "dx e8k8 early, 4 warps compiled in (H=8192)"),
+      DECW("dw e4k16w4 early", 4, 16, 4, kEarly, "dx e4k16 early, 4 warps compiled in (H=8192)"),
+      DECW("dw e4k4w14 mid", 4, 4, 14, kAfterLoads, "dx e4k4 mid, 14 warps compiled in (H=7168)"),
+      DECW("dw e4k8w7 mid", 4, 8, 7, kAfterLoads, "dx e4k8 mid, 7 warps compiled in (H=7168)"),
+      DECW("dw e4k4w8 mid", 4, 4, 8, kAfterLoads, "dx e4k4 mid, 8 warps compiled in (H=4096)"),
   };
   return v;
 }

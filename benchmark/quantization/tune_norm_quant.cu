@@ -19,7 +19,8 @@
 //   /tmp/tune_norm_quant --check-div    # quant.cuh's exact shortcuts against __fdiv_rn / __frcp_rn (see check_div)
 //
 // Session 20 rows: "qd early" / "qd mid" (the decode kernel's PDL trigger placements) and
-// "qx F" (diag_decode_kernel: the decode kernel's scale step taken apart; F below).
+// "qx F" (diag_decode_kernel: the decode kernel's scale step taken apart; F below). Session 37:
+// "qd kK wW early|mid" (K groups a warp, the block's W warps compiled in).
 //
 // "rmsnorm" times launch_rmsnorm alone (the norm without the quantization; fused_add_rmsnorm
 // for the add op); --norms 1 adds decode_norm_kernel's shapes (below) and "rms-cN": norm.cu's
@@ -381,6 +382,26 @@ Variant decode_k_variant(int64_t rows, int64_t hidden) {
        norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kTrig, kK>}};
   return decode_shape_variant("qd k" + std::to_string(kK) + (kTrig == PdlTrigger::kEarly ? " early" : " mid"), rows,
                               hidden, kKernels, kK);
+}
+
+// Session 37: as decode_k_variant with the block's kW warps compiled in (row_group_sum<32 * kW>;
+// rows of exactly kW * kK groups). Rows "qd kN wW early|mid".
+template <int kK, int kW, PdlTrigger kTrig>
+Variant decode_w_variant(int64_t rows, int64_t hidden) {
+  static constexpr DecodeKernel kKernels[2][2] = {
+      {norm_quant_decode_kernel<T, false, DecodeScales::kF32, true, false, 1, kTrig, kK, false, kW>,
+       norm_quant_decode_kernel<T, false, DecodeScales::kPackedUe8m0, true, false, 1, kTrig, kK, false, kW>},
+      {norm_quant_decode_kernel<T, true, DecodeScales::kF32, true, false, 1, kTrig, kK, false, kW>,
+       norm_quant_decode_kernel<T, true, DecodeScales::kPackedUe8m0, true, false, 1, kTrig, kK, false, kW>}};
+  const std::string name = "qd k" + std::to_string(kK) + " w" + std::to_string(kW) +
+                           (kTrig == PdlTrigger::kEarly ? " early" : " mid");
+  if (hidden != int64_t{kW} * kK * kDecodeGroup) {
+    Variant v;
+    v.name = name;
+    for (auto& f : v.fused) f = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+    return v;
+  }
+  return decode_shape_variant(name, rows, hidden, kKernels, kK);
 }
 
 // Session 25: norm_quant.cu's decode kernel (one block a row, kK groups a warp, trigger right
@@ -1345,6 +1366,12 @@ int run(int argc, char** argv) {
         vs.push_back(decode_trigger_variant<PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(decode_k_variant<8, PdlTrigger::kEarly>(Tn, H));
         vs.push_back(decode_k_variant<8, PdlTrigger::kAfterLoads>(Tn, H));
+        vs.push_back(decode_w_variant<4, 14, PdlTrigger::kEarly>(Tn, H));
+        vs.push_back(decode_w_variant<4, 14, PdlTrigger::kAfterLoads>(Tn, H));
+        vs.push_back(decode_w_variant<8, 7, PdlTrigger::kEarly>(Tn, H));
+        vs.push_back(decode_w_variant<8, 7, PdlTrigger::kAfterLoads>(Tn, H));
+        vs.push_back(decode_w_variant<2, 28, PdlTrigger::kEarly>(Tn, H));
+        vs.push_back(decode_w_variant<4, 8, PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(diag_decode_variant<0>(Tn, H));
         vs.push_back(diag_decode_variant<8>(Tn, H));
         vs.push_back(diag_decode_variant<227>(Tn, H));
