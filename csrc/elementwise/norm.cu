@@ -118,8 +118,9 @@ __global__ void __launch_bounds__(vec_max_threads(kVpt)) __maxnreg__(vec_max_reg
 // 2.23); fused H=4096 1.37/1.51/1.85 (1.48/1.62/1.96), H=8192 1.85/2.07/2.57 (1.81/2.05/2.59).
 // The fused op at H=8192 is no faster here, and bench_norm.py measured it slower (T=1/16/128
 // 2.00/2.13/2.70 us against 1.83/2.06/2.67 for the vector kernel), so the fused op takes this
-// kernel up to H=7168 and the plain one up to H=8192 (larger rows were not measured). Since
-// session 33 16-bit plain rows of 8192 take the vector kernel too (kVec1024EarlyRows' NOTE).
+// kernel up to H=7168 and the plain one up to H=8192 (larger rows were not measured). In
+// sessions 33-36 16-bit plain rows of 8192 took the vector kernel (kVec1024EarlyRows' NOTE);
+// since session 37 they take this kernel at 8 chunks a warp (kDec8Rows).
 // 16-byte vectors with four chunks a warp ("n8k4") were 0.05-0.09 us faster for rmsnorm at
 // H=8192 and slower elsewhere; splitting a row over a 2-8 CTA cluster cost more in cluster
 // barriers than it saved below H=8192 (fused H=8192 T=1 1.58 with 8 CTAs).
@@ -511,7 +512,8 @@ cudaError_t launch_vec(const RmsNormParams<T>& p, const FastDivmod& rows_inner, 
 //   plain, 256 threads, late             1.31 / 1.61 / 1.88 / 1.94 / 2.01 / 2.30 / 2.36 / 2.44 / 2.52 / 2.61
 // So rows of 1024 vectors take 256 threads (4 vectors a lane): the fused op triggers after the
 // loads up to kVec1024MidRows rows, early up to kVec1024EarlyRows and late above; the plain op
-// on 16-bit types early up to kVec1024EarlyRows, late above. (fp32 rows of 1024 vectors, H=4096,
+// on 16-bit types early up to kVec1024EarlyRows, late above (since session 37 its rows take the
+// decode kernel, kDec8Rows: these rules serve the fused op). (fp32 rows of 1024 vectors, H=4096,
 // take the decode kernel before this in both ops, as before: a dev build with the old choice
 // switchable read them within 0.02 us, and fp16 H=8192 gained as bf16: fused T = 1 / 16 / 128
 // 1.72 / 1.91 / 2.58 -> 1.60 / 1.77 / 2.40, plain 1.31 / 1.40 / 2.05 -> 1.29 / 1.38 / 2.04.)
@@ -525,7 +527,8 @@ constexpr int64_t kVec1024MidRows = 160, kVec1024EarlyRows = 192;
 // 1024-element slice of the row in 8-byte pieces: 6 / 7 / 8 warps at H = 6144 / 7168 / 8192)
 // instead of the kernel they took before (the decode kernel's 4 chunks a warp below H=8192 and
 // for the plain op at H=8192 in session 32, the vector kernel's 256-thread instances at H=8192),
-// by op, row length and rows, with the PDL trigger once the loads are issued (mid) or early.
+// by op, row length and rows, with the PDL trigger early (session 34: plain 8192 at 113-128 rows
+// once the loads were issued, "mid").
 // NOTE (H200, session 34, us):
 // - tune_rmsnorm.cu --streams 64 ("dx e4k8 mid / early" against "prod"; the tune in the state
 //   of a torch process that has used more than 9 streams, where it reproduces the bench:
@@ -562,22 +565,26 @@ constexpr int64_t kVec1024MidRows = 160, kVec1024EarlyRows = 192;
 //     read 2.81 against 2.72);
 //   - outside the rows (controls) within 0.01: plain H=7168 T=64, H=6144 T=160, fused H=8192
 //     T=192, H=7168 T=192, H=6144 T=208.
+// Session 37: with the warp count compiled in (row_group_sum's NOTE) the plain op's rows of 8192
+// take this kernel with the early trigger at every decode row count (before: the mid trigger at
+// 113-128 rows, early at 161-224, else the vector kernel). tune_rmsnorm.cu --streams 64, H200,
+// bf16, two rounds, us at T = 1 / 16 / 32 / 64 / 96 / 112 / 128 / 144 / 160 / 192 / 224 / 256:
+// production then 1.30 / 1.37 / 1.39 / 1.58 / 1.75 / 1.90 / 1.92 / 2.10 / 2.17 / 2.17 / 2.33 /
+// 2.53, "dw e4k8w8 early" 1.29 / 1.34 / 1.35-1.36 / 1.47 / 1.65-1.66 / 1.75 / 1.87-1.88 /
+// 1.99-2.00 / 2.02 / 2.17-2.18 / 2.33-2.34 / 2.48-2.49 ("dw e4k8w8 mid" 1.34 / ... / 1.92 at
+// T=128 / ... / 2.90 at 256).
 struct Dec8Rows {
   bool fused;
   int64_t hidden, first, last;  // rows first .. last
-  bool mid;                     // the trigger once the loads are issued (else early)
 };
-constexpr Dec8Rows kDec8Rows[] = {{false, 8192, 113, 128, true}, {false, 8192, 161, 224, false},
-                                  {false, 7168, 96, 256, false}, {false, 6144, 192, 256, false},
-                                  {true, 8192, 208, 224, false},  {true, 7168, 208, 256, false},
-                                  {true, 6144, 224, 256, false}};
+constexpr Dec8Rows kDec8Rows[] = {{false, 8192, 1, 256},  {false, 7168, 96, 256}, {false, 6144, 192, 256},
+                                  {true, 8192, 208, 224}, {true, 7168, 208, 256}, {true, 6144, 224, 256}};
 
-// 0: not a kDec8Rows case; 1: the early trigger; 2: the trigger once the loads are issued.
-int dec8_rows(bool fused, int64_t hidden, int64_t rows) {
+bool dec8_rows(bool fused, int64_t hidden, int64_t rows) {
   for (const Dec8Rows& d : kDec8Rows) {
-    if (d.fused == fused && d.hidden == hidden && rows >= d.first && rows <= d.last) return d.mid ? 2 : 1;
+    if (d.fused == fused && d.hidden == hidden && rows >= d.first && rows <= d.last) return true;
   }
-  return 0;
+  return false;
 }
 
 // Vectors per lane tried in order, by rows: the first that fits (row_group_threads) runs.
@@ -825,28 +832,18 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
                       is_aligned16(p.input) && is_aligned16(p.weight) && aligned16(p.out_rows, kVec) &&
                       aligned16(p.input_rows, kVec) &&
                       (!kFused || (is_aligned16(p.residual) && aligned16(p.residual_rows, kVec)));
-  // The plain op on 16-bit rows of 1024 vectors (H=8192) takes the vector kernel's 256-thread
-  // instance rather than the decode kernel (kVec1024EarlyRows' NOTE, session 33).
-  const bool plain_vec1024 = !kFused && sizeof(T) == 2 && vec_ok && p.hidden == 1024 * kVec && cs < 0;
   const bool dec_aligned = decode_aligned(p.out, p.out_rows) && decode_aligned(p.input, p.input_rows) &&
                            decode_aligned(p.weight, RowStrides{0, 0}) &&
                            (!kFused || decode_aligned(p.residual, p.residual_rows));
   if constexpr (sizeof(T) == 2) {
-    const int dec8 = cs < 0 && dec_aligned ? dec8_rows(kFused, p.hidden, p.rows) : 0;
-    if (dec8 != 0) {  // kDec8Rows' NOTE
+    if (cs < 0 && dec_aligned && dec8_rows(kFused, p.hidden, p.rows)) {  // kDec8Rows' NOTE
       constexpr int kK8 = 8;
       const dim3 grid(static_cast<uint32_t>(p.rows));
       const dim3 block(static_cast<uint32_t>(p.hidden / (32 * kDecodeElems * kK8) * 32));
-      // The warp count compiled in: 6 / 7 / 8 (kDec8Rows' rows of 6144 / 7168 / 8192; the mid
-      // trigger only at 8192). row_group_sum's NOTE, session 37: e.g. plain H=8192 T=128 2.02 ->
-      // 1.92, H=7168 T=208 2.25 -> 2.13, fused H=7168 T=208 2.92 -> 2.73 us.
-      constexpr PdlTrigger kEarly = PdlTrigger::kEarly, kMid = PdlTrigger::kAfterLoads;
-      if constexpr (!kFused) {
-        if (dec8 == 2 && block.x == 8 * 32) {
-          return launch_kernel(rmsnorm_decode_kernel<T, false, kGemma, false, kMid, kDecodeElems, kK8, 8>, grid, block,
-                               0, stream, p.enable_pdl, p, rows_inner);
-        }
-      }
+      // The warp count compiled in: 6 / 7 / 8 (kDec8Rows' rows of 6144 / 7168 / 8192).
+      // row_group_sum's NOTE, session 37: e.g. H=7168 T=208 2.25 -> 2.13, fused H=7168 T=208
+      // 2.92 -> 2.73 us.
+      constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
       switch (block.x / 32) {
         case 6: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8, 6>, grid,
                                      block, 0, stream, p.enable_pdl, p, rows_inner);
@@ -861,7 +858,7 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
   }
   // A warp's share of the row: 4 chunks of 128 elements, or 2 or 1 (kDecodeShortChunksMin).
   const int chunks = decode_chunks(p.hidden);
-  if (p.rows <= 256 && chunks > 0 && !plain_vec1024 && dec_aligned) {
+  if (p.rows <= 256 && chunks > 0 && dec_aligned) {
     if (cs < 0) cs = decode_cluster_blocks(p.rows, p.hidden, kFused);
     if (cs > 1 && chunks == kDecodeChunks && p.hidden % (int64_t{kDecodeRowElems} * cs) == 0) {
       constexpr auto kernel = rmsnorm_decode_kernel<T, kFused, kGemma, true>;
@@ -884,13 +881,21 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
         default: break;
       }
       // 4 chunks a warp; the warp count compiled in for 16-bit rows of 8 and 14 warps (H = 4096,
-      // 7168), as kDec8Rows' kernels.
+      // 7168), as kDec8Rows' kernels, but for the fused op's rows of 7168 past kFused14MaxRows.
+      // NOTE (session 37, H200, tune_rmsnorm.cu --streams 64, bf16, two rounds, us at T = 96 /
+      // 128 / 144 / 160 / 176 / 192 / 207, run-time count ("dx e4k4 early") -> 14 warps compiled
+      // in): fused H=7168 1.96 / 2.37 / 2.45 / 2.48 / 2.51 / 2.59 / 3.85-3.97 -> 1.89-1.90 / 2.28
+      // / 3.24-3.26 / 3.42 / 3.46 / 2.62 / 3.39-3.45 (whatever slows 144-176 rows, registers 39 ->
+      // 42 leave 3 blocks an SM either way); plain H=4096 1.40 / 1.53 / 1.60 / 1.62 / 1.66 / 1.72
+      // / 1.77 -> 1.32 / 1.40 / 1.48 / 1.52 / 1.57 / 1.62 / 1.68, fused H=4096 1.57 / 1.81 / 1.79 /
+      // 1.82 / 1.90 / 1.94 / 2.03 -> 1.48 / 1.77 / 1.72 / 1.74 / 1.82 / 1.86 / 1.96.
+      constexpr int64_t kFused14MaxRows = 128;
       if constexpr (sizeof(T) == 2) {
         if (block.x == 8 * 32) {
           return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kDecodeChunks, 8>,
                                grid, block, 0, stream, p.enable_pdl, p, rows_inner);
         }
-        if (block.x == 14 * 32) {
+        if (block.x == 14 * 32 && (!kFused || p.rows <= kFused14MaxRows)) {
           return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kDecodeChunks, 14>,
                                grid, block, 0, stream, p.enable_pdl, p, rows_inner);
         }

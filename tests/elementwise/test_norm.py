@@ -159,9 +159,9 @@ def test_correctness_fp32(op, batch, hidden, gen):
 # On sm90+, hidden >= 16384 runs in clusters of 8 blocks per row up to 16 rows (16 blocks at
 # >= 32768 up to 4 rows; decode_cluster_blocks): the row counts on either side of each limit;
 # (1, 16896) is no multiple of 8 * 512 (no cluster). 16-bit rows of 4096 and 7168 (8 and 14 warps)
-# take instances with the warp count compiled in.
+# take instances with the warp count compiled in (the fused op's 7168 up to 128 rows).
 DECODE_SHAPES = [(1, 512), (16, 2048), (128, 4096), (256, 7168), (3, 8192), (257, 4096), (2, 640), (2, 16384),
-                 (1, 4096), (64, 7168),
+                 (1, 4096), (64, 7168), (128, 7168), (129, 7168),
                  (1, 7168), (16, 8192), (17, 8192), (32, 7168), (33, 8192), (5, 12288), (20, 16384),
                  (16, 16384), (17, 16384), (4, 32768), (5, 32768), (1, 16896)]
 # Decode rows of a multiple of 256 or 128 elements from 1024 (decode_chunks: 2 or 1 chunks a
@@ -180,7 +180,7 @@ NINE_VECTOR_SHAPES = [(989, 1152), (257, 2304), (16411, 2304), (300, 2176), (257
 # 256-thread instances, the PDL trigger by rows (norm.cu kVec1024MidRows and kVec1024EarlyRows:
 # the fused op after the loads to 160 rows, both ops early to 192, late to 256), but where
 # norm.cu's kDec8Rows sends 16-bit rows of 6144-8192 to the decode kernel with 8 chunks a warp
-# (plain 8192: 113-128 and 161-224 rows, 7168: 96-256, 6144: 192-256; fused 8192: 208-224,
+# (plain 8192: 1-256 rows, 7168: 96-256, 6144: 192-256; fused 8192: 208-224,
 # 7168: 208-256, 6144: 224-256): the row counts on either side of each switch. fp32 rows of
 # 1024 vectors (H=4096) take the decode kernel at the same row counts.
 VEC1024_SHAPES = [(112, 8192), (113, 8192), (128, 8192), (129, 8192), (160, 8192), (161, 8192), (192, 8192),
