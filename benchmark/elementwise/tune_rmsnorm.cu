@@ -891,6 +891,7 @@ const std::vector<Variant>& variants() {
       DECW("dw e4k16w4 early", 4, 16, 4, kEarly, "dx e4k16 early, 4 warps compiled in (H=8192)"),
       DECW("dw e4k4w14 mid", 4, 4, 14, kAfterLoads, "dx e4k4 mid, 14 warps compiled in (H=7168)"),
       DECW("dw e4k8w7 mid", 4, 8, 7, kAfterLoads, "dx e4k8 mid, 7 warps compiled in (H=7168)"),
+      DECW("dw e4k8w7 early", 4, 8, 7, kEarly, "dx e4k8 early, 7 warps compiled in (H=7168)"),
       DECW("dw e4k4w8 mid", 4, 4, 8, kAfterLoads, "dx e4k4 mid, 8 warps compiled in (H=4096)"),
   };
   return v;

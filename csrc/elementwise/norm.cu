@@ -572,13 +572,17 @@ constexpr int64_t kVec1024MidRows = 160, kVec1024EarlyRows = 192;
 // production then 1.30 / 1.37 / 1.39 / 1.58 / 1.75 / 1.90 / 1.92 / 2.10 / 2.17 / 2.17 / 2.33 /
 // 2.53, "dw e4k8w8 early" 1.29 / 1.34 / 1.35-1.36 / 1.47 / 1.65-1.66 / 1.75 / 1.87-1.88 /
 // 1.99-2.00 / 2.02 / 2.17-2.18 / 2.33-2.34 / 2.48-2.49 ("dw e4k8w8 mid" 1.34 / ... / 1.92 at
-// T=128 / ... / 2.90 at 256).
+// T=128 / ... / 2.90 at 256). The fused op's rows of 7168 take it from 129 rows (before: 208):
+// us at T = 96 / 128 / 129 / 144 / 160 / 176 / 192 / 200 / 207 / 208 / 256, production then
+// (the 4-chunk kernel, 14 warps compiled in up to 128 rows) 1.88 / 2.28 / 2.16 / 2.45 / 2.50 /
+// 2.53 / 2.60 / 3.13 / 4.00 / 2.67 / 3.07, "dw e4k8w7 early" 1.85 / 2.35 / 2.08 / 2.45 / 2.46 /
+// 2.48 / 2.52 / 2.64 / 2.67 / 2.67 / 3.07 (three rounds, within 0.02 each).
 struct Dec8Rows {
   bool fused;
   int64_t hidden, first, last;  // rows first .. last
 };
 constexpr Dec8Rows kDec8Rows[] = {{false, 8192, 1, 256},  {false, 7168, 96, 256}, {false, 6144, 192, 256},
-                                  {true, 8192, 208, 224}, {true, 7168, 208, 256}, {true, 6144, 224, 256}};
+                                  {true, 8192, 208, 224}, {true, 7168, 129, 256}, {true, 6144, 224, 256}};
 
 bool dec8_rows(bool fused, int64_t hidden, int64_t rows) {
   for (const Dec8Rows& d : kDec8Rows) {
@@ -888,7 +892,8 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
       // / 3.24-3.26 / 3.42 / 3.46 / 2.62 / 3.39-3.45 (whatever slows 144-176 rows, registers 39 ->
       // 42 leave 3 blocks an SM either way); plain H=4096 1.40 / 1.53 / 1.60 / 1.62 / 1.66 / 1.72
       // / 1.77 -> 1.32 / 1.40 / 1.48 / 1.52 / 1.57 / 1.62 / 1.68, fused H=4096 1.57 / 1.81 / 1.79 /
-      // 1.82 / 1.90 / 1.94 / 2.03 -> 1.48 / 1.77 / 1.72 / 1.74 / 1.82 / 1.86 / 1.96.
+      // 1.82 / 1.90 / 1.94 / 2.03 -> 1.48 / 1.77 / 1.72 / 1.74 / 1.82 / 1.86 / 1.96. (The fused
+      // op's 16-bit rows of 7168 past 128 now take kDec8Rows' kernel before this.)
       constexpr int64_t kFused14MaxRows = 128;
       if constexpr (sizeof(T) == 2) {
         if (block.x == 8 * 32) {

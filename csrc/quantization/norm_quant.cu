@@ -959,7 +959,14 @@ int norm_decode_split(int64_t rows, int64_t warps) {
 // 2.09 -> 1.31 / 1.38 / 1.69 / 2.08, add 1.75 / 1.79 / 1.98 / 2.38 -> 1.69 / 1.74 / 1.93 / 2.33;
 // H=7168 row-major rmsnorm_q 1.30 / 1.33 / 1.69 / 2.01 -> 1.31 / 1.37 / 1.64 / 1.95 (T=16 is
 // split), add 1.72 / 1.76 / 1.91 / 2.23 -> 1.73 / 1.81 / 1.96 / 2.21 and column-major add 1.72 /
-// 1.77 / 2.03 / 2.45 -> 1.73 / 1.81 / 2.11 / 2.46: those keep the run-time count.
+// 1.77 / 2.03 / 2.45 -> 1.73 / 1.81 / 2.11 / 2.46: those keep the run-time count. Past 128 rows
+// (us at T = 144 / 160 / 176 / 192 / 207 / 224 / 256): H=4096 0.05-0.17 faster in every layout
+// and op (rmsnorm_q row-major 1.74 / 1.77 / 1.79 / 1.83 / 1.87 / 1.94 / 2.06 -> 1.60 / 1.63 /
+// 1.66 / 1.70 / 1.73 / 1.78 / 1.90); H=7168 packed plain 2.39 / 2.40 / 2.42 / 2.46 / 2.51 / 2.63
+// / 2.87 -> 2.33 / 2.32 / 2.39 / 2.45 / 2.50 / 2.57 / 2.72, but packed add 2.93 / 2.97 / 2.95 /
+// 2.99 / 3.04 / 3.13 / 3.34 -> 2.93 / 2.95 / 2.97 / 3.03 / 3.08 / 3.15 / 3.32, so the fused op's
+// 14-warp rows keep the run-time count past kFused14MaxRows.
+constexpr int64_t kFused14MaxRows = 128;
 template <typename T, bool kFused, DecodeScales kScales, int kSplit = 1>
 cudaError_t launch_norm_decode_warps(const RowQuantParams<T>& p, dim3 grid, dim3 block, cudaStream_t stream) {
   constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
@@ -970,7 +977,7 @@ cudaError_t launch_norm_decode_warps(const RowQuantParams<T>& p, dim3 grid, dim3
                            grid, block, 0, stream, p.enable_pdl, p);
     }
     constexpr bool k14 = kScales == DecodeScales::kPackedUe8m0 || (!kFused && kSplit == 1);
-    if (k14 && block.x == 14 * 32) {
+    if (k14 && block.x == 14 * 32 && (!kFused || p.rows <= kFused14MaxRows)) {
       return launch_kernel(norm_quant_decode_kernel<T, kFused, kScales, true, false, kSplit, kEarly, kK, false, 14>,
                            grid, block, 0, stream, p.enable_pdl, p);
     }

@@ -181,7 +181,7 @@ NINE_VECTOR_SHAPES = [(989, 1152), (257, 2304), (16411, 2304), (300, 2176), (257
 # the fused op after the loads to 160 rows, both ops early to 192, late to 256), but where
 # norm.cu's kDec8Rows sends 16-bit rows of 6144-8192 to the decode kernel with 8 chunks a warp
 # (plain 8192: 1-256 rows, 7168: 96-256, 6144: 192-256; fused 8192: 208-224,
-# 7168: 208-256, 6144: 224-256): the row counts on either side of each switch. fp32 rows of
+# 7168: 129-256, 6144: 224-256): the row counts on either side of each switch. fp32 rows of
 # 1024 vectors (H=4096) take the decode kernel at the same row counts.
 VEC1024_SHAPES = [(112, 8192), (113, 8192), (128, 8192), (129, 8192), (160, 8192), (161, 8192), (192, 8192),
                   (193, 8192), (207, 8192), (208, 8192), (224, 8192), (225, 8192), (256, 8192), (160, 4096),

@@ -294,9 +294,10 @@ def test_decode_clusters(op, layout, hidden, tokens, gen):
 
 # The decode kernel at 4 groups a warp with its warp count compiled in (norm_quant.cu
 # launch_norm_decode_warps: 16-bit rows of 8 warps (4096) and of 14 (7168) with packed UE8M0
-# scales or, fp32 scales, the plain op's unsplit rows), next to the run-time count (7168 with fp32
-# scales: the fused op, and the plain op's split rows up to 32), both 16-bit dtypes, every layout.
-@pytest.mark.parametrize("tokens", [1, 16, 33, 128, 256])
+# scales (the fused op up to 128 rows) or, fp32 scales, the plain op's unsplit rows), next to the
+# run-time count (7168 with fp32 scales: the fused op, and the plain op's split rows up to 32; the
+# fused op's packed rows past 128), both 16-bit dtypes, every layout.
+@pytest.mark.parametrize("tokens", [1, 16, 33, 128, 129, 256])
 @pytest.mark.parametrize("hidden", [4096, 7168])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_dt)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
