@@ -821,6 +821,25 @@ int decode_cluster_blocks(int64_t rows, int64_t hidden, bool fused) {
   return hidden >= 32768 && rows <= 4 ? 16 : 8;
 }
 
+// rmsnorm_decode_kernel at kK chunks a warp, one block a row, the PDL trigger early: with the
+// block's warp count (block.x / 32) compiled in where it is one of kWs (row_group_sum's NOTE),
+// else known at run time.
+template <typename T, bool kFused, bool kGemma, int kK, int... kWs>
+cudaError_t launch_decode_warps(const RmsNormParams<T>& p, const FastDivmod& rows_inner, dim3 grid, dim3 block,
+                                cudaStream_t stream) {
+  constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
+  cudaError_t err = cudaSuccess;
+  const bool compiled =
+      ((block.x == kWs * 32 &&
+        (err = launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK, kWs>, grid,
+                             block, 0, stream, p.enable_pdl, p, rows_inner),
+         true)) ||
+       ...);
+  if (compiled) return err;
+  return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK>, grid, block, 0,
+                       stream, p.enable_pdl, p, rows_inner);
+}
+
 // cs: blocks per row for the decode kernel, -1 for decode_cluster_blocks' choice (tune
 // sweeps pass others; a cluster that does not apply falls back to the other kernels).
 template <typename T, bool kFused, bool kGemma>
@@ -847,17 +866,7 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
       // The warp count compiled in: 6 / 7 / 8 (kDec8Rows' rows of 6144 / 7168 / 8192).
       // row_group_sum's NOTE, session 37: e.g. H=7168 T=208 2.25 -> 2.13, fused H=7168 T=208
       // 2.92 -> 2.73 us.
-      constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
-      switch (block.x / 32) {
-        case 6: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8, 6>, grid,
-                                     block, 0, stream, p.enable_pdl, p, rows_inner);
-        case 7: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8, 7>, grid,
-                                     block, 0, stream, p.enable_pdl, p, rows_inner);
-        case 8: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8, 8>, grid,
-                                     block, 0, stream, p.enable_pdl, p, rows_inner);
-        default: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kK8>, grid,
-                                      block, 0, stream, p.enable_pdl, p, rows_inner);
-      }
+      return launch_decode_warps<T, kFused, kGemma, kK8, 6, 7, 8>(p, rows_inner, grid, block, stream);
     }
   }
   // A warp's share of the row: 4 chunks of 128 elements, or 2 or 1 (kDecodeShortChunksMin).
@@ -876,14 +885,8 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
     if (p.hidden <= kDecodeMaxHidden[kFused]) {
       const dim3 grid(static_cast<uint32_t>(p.rows));
       const dim3 block(static_cast<uint32_t>(p.hidden / (32 * kDecodeElems * chunks) * 32));
-      constexpr PdlTrigger kEarly = PdlTrigger::kEarly;
-      switch (chunks) {
-        case 1: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, 1>, grid,
-                                     block, 0, stream, p.enable_pdl, p, rows_inner);
-        case 2: return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, 2>, grid,
-                                     block, 0, stream, p.enable_pdl, p, rows_inner);
-        default: break;
-      }
+      if (chunks == 1) return launch_decode_warps<T, kFused, kGemma, 1>(p, rows_inner, grid, block, stream);
+      if (chunks == 2) return launch_decode_warps<T, kFused, kGemma, 2>(p, rows_inner, grid, block, stream);
       // 4 chunks a warp; the warp count compiled in for 16-bit rows of 8 and 14 warps (H = 4096,
       // 7168), as kDec8Rows' kernels, but for the fused op's rows of 7168 past kFused14MaxRows.
       // NOTE (session 37, H200, tune_rmsnorm.cu --streams 64, bf16, two rounds, us at T = 96 /
@@ -896,17 +899,12 @@ cudaError_t launch_variant(const RmsNormParams<T>& p, cudaStream_t stream, int c
       // op's 16-bit rows of 7168 past 128 now take kDec8Rows' kernel before this.)
       constexpr int64_t kFused14MaxRows = 128;
       if constexpr (sizeof(T) == 2) {
-        if (block.x == 8 * 32) {
-          return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kDecodeChunks, 8>,
-                               grid, block, 0, stream, p.enable_pdl, p, rows_inner);
+        if (!kFused || p.rows <= kFused14MaxRows) {
+          return launch_decode_warps<T, kFused, kGemma, kDecodeChunks, 8, 14>(p, rows_inner, grid, block, stream);
         }
-        if (block.x == 14 * 32 && (!kFused || p.rows <= kFused14MaxRows)) {
-          return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma, false, kEarly, kDecodeElems, kDecodeChunks, 14>,
-                               grid, block, 0, stream, p.enable_pdl, p, rows_inner);
-        }
+        return launch_decode_warps<T, kFused, kGemma, kDecodeChunks, 8>(p, rows_inner, grid, block, stream);
       }
-      return launch_kernel(rmsnorm_decode_kernel<T, kFused, kGemma>, grid, block, 0, stream, p.enable_pdl, p,
-                           rows_inner);
+      return launch_decode_warps<T, kFused, kGemma, kDecodeChunks>(p, rows_inner, grid, block, stream);
     }
   }
   if (vec_ok) {
