@@ -678,6 +678,116 @@ cudaError_t run_decw(const P& p, cudaStream_t stream) {
                        dim3(static_cast<uint32_t>(p.rows)), dim3(kW * 32), 0, stream, p.enable_pdl, p, rows_inner);
 }
 
+// The vector kernel's 256-thread shape for bf16 rows of 8192 (4 16-byte vectors a lane), one
+// block a row, in clusters of kC blocks (kC rows) that share one copy of the weight: block r of
+// the cluster fetches the r-th 1/kC of the weight with one bulk copy multicast into the shared
+// memory of every block of the cluster (cp.async.bulk ... multicast::cluster), so the weight
+// crosses L2 -> SM once per cluster instead of once per row (session 38). The cluster barrier
+// that makes every block's mbarrier visible before a peer's copy lands comes before the PDL
+// wait. kC = 0 (DIAGNOSTIC, wrong output): no weight at all (w = 1), the floor of the idea.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+template <int kC, PdlTrigger kTrig, bool kFused>
+__global__ void __launch_bounds__(256) mc_kernel(const P p, const FastDivmod rows_inner) {
+  constexpr int kTpr = 256, kVpt = 4, kVec = 8, kWBytes = 8192 * 2;
+  __shared__ __align__(128) Word4 wsm[kVpt * kTpr];
+  __shared__ __align__(8) uint64_t bar;
+  __shared__ __align__(16) float scratch[32];
+  const int lane = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const bool row_valid = row < p.rows;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t bar_a = smem_addr(&bar);
+  if constexpr (kC > 0) {
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  }
+#endif
+  auto col = [&](int k) { return (lane + k * kTpr) * kVec; };
+  uint32_t outer = 0, inner = 0;
+  if (row_valid) rows_inner.divmod(static_cast<uint32_t>(row), outer, inner);
+  const T* in = p.input + row_offset(p.input_rows, outer, inner);
+  T* res = kFused ? p.residual + row_offset(p.residual_rows, outer, inner) : nullptr;
+  T* out = p.out + row_offset(p.out_rows, outer, inner);
+  pdl_wait_prefetched(in + col(0));
+  if constexpr (kTrig == PdlTrigger::kEarly) SGL_PDL_LAUNCH_DEPENDENTS();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kC > 0) {
+    if (threadIdx.x == 0) {
+      uint32_t rank;
+      asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+      constexpr uint32_t kSlice = kWBytes / kC;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a), "r"(kWBytes) : "memory");
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+          " [%0], [%1], %2, [%3], %4;" ::"r"(smem_addr(wsm) + rank * kSlice),
+          "l"(reinterpret_cast<const char*>(p.weight) + rank * kSlice), "r"(kSlice), "r"(bar_a),
+          "h"(static_cast<uint16_t>((1u << kC) - 1))
+          : "memory");
+    }
+  }
+#endif
+  Word4 x[kVpt], r[kFused ? kVpt : 1];
+  float sum_sq = 0.f;
+  if (row_valid) {
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) x[k] = load_vec<Word4>(in + col(k));
+    // (As load_row_sum_sq: the trigger after the input's loads, the residual's after it.)
+    if constexpr (kTrig == PdlTrigger::kAfterLoads) SGL_PDL_LAUNCH_DEPENDENTS();
+    if constexpr (kFused) {
+#pragma unroll
+      for (int k = 0; k < kVpt; ++k) r[k] = load_vec<Word4>(res + col(k));
+    }
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) {
+      sum_sq = add_sum_sq<T, kFused>(x[k], r[kFused ? k : 0], sum_sq);
+      if constexpr (kFused) *reinterpret_cast<Word4*>(res + col(k)) = x[k];
+    }
+  }
+  sum_sq = row_group_sum<kTpr>(sum_sq, kTpr, scratch);
+  Word4 w[kVpt];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kC > 0) {
+    asm volatile(
+        "{\n\t.reg .pred done;\n"
+        "MC_WAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n\t"
+        "@!done bra MC_WAIT_%=;\n}" ::"r"(bar_a)
+        : "memory");
+  }
+#endif
+#pragma unroll
+  for (int k = 0; k < kVpt; ++k) {
+    if constexpr (kC > 0) {
+      w[k] = wsm[lane + k * kTpr];
+    } else {
+      w[k] = Word4{0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};  // bf16 1.0
+    }
+  }
+  if (row_valid) {
+    const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
+#pragma unroll
+    for (int k = 0; k < kVpt; ++k) *reinterpret_cast<Word4*>(out + col(k)) = scale_vec<T, false>(x[k], w[k], scale);
+  }
+  if constexpr (kTrig == PdlTrigger::kLate) SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+template <int kC, PdlTrigger kTrig, bool kFused>
+cudaError_t run_mc(const P& p, cudaStream_t stream) {
+  if (p.hidden != 8192 || p.rows > 256) return cudaErrorNotSupported;
+  const FastDivmod rows_inner(static_cast<uint32_t>(p.rows_inner));
+  const int cs = kC > 0 ? kC : 1;
+  const uint32_t grid = static_cast<uint32_t>((p.rows + cs - 1) / cs * cs);
+  return launch_kernel_clustered(mc_kernel<kC, kTrig, kFused>, dim3(grid), dim3(256), 0, stream, p.enable_pdl, cs, p,
+                                 rows_inner);
+}
+#define MC(NAME, C, TRIG, WHY) \
+  Variant { NAME, run_mc<C, PdlTrigger::TRIG, false>, run_mc<C, PdlTrigger::TRIG, true>, WHY }
+
 // norm.cu's rmsnorm_exact_kernel on rows of exactly kThreads * kChunks vectors.
 template <int kThreads, int kChunks, int kHint, bool kRegs>
 cudaError_t run_exact_op(const P& p, cudaStream_t stream, bool fused) {
@@ -891,6 +1001,12 @@ const std::vector<Variant>& variants() {
       DECW("dw e4k16w4 early", 4, 16, 4, kEarly, "dx e4k16 early, 4 warps compiled in (H=8192)"),
       DECW("dw e4k4w14 mid", 4, 4, 14, kAfterLoads, "dx e4k4 mid, 14 warps compiled in (H=7168)"),
       DECW("dw e4k8w7 mid", 4, 8, 7, kAfterLoads, "dx e4k8 mid, 7 warps compiled in (H=7168)"),
+      MC("mc c2 mid", 2, kAfterLoads, "kv t256 mid, the weight multicast over 2-row clusters (H=8192)"),
+      MC("mc c4 mid", 4, kAfterLoads, "kv t256 mid, the weight multicast over 4-row clusters (H=8192)"),
+      MC("mc c8 mid", 8, kAfterLoads, "kv t256 mid, the weight multicast over 8-row clusters (H=8192)"),
+      MC("mc c2 early", 2, kEarly, "mc c2, the trigger right after the wait"),
+      MC("mc c4 early", 4, kEarly, "mc c4, the trigger right after the wait"),
+      MC("mc c0 mid", 0, kAfterLoads, "DIAGNOSTIC (wrong output): kv t256 mid with no weight at all (w = 1)"),
       DECW("dw e4k8w7 early", 4, 8, 7, kEarly, "dx e4k8 early, 7 warps compiled in (H=7168)"),
       DECW("dw e4k4w8 mid", 4, 4, 8, kAfterLoads, "dx e4k4 mid, 8 warps compiled in (H=4096)"),
   };
