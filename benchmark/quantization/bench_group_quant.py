@@ -156,6 +156,8 @@ def shapes(quick: bool, models: bool = False):
     out += [("gq_fp8_g128", BF16, {"T": t, "H": 7168}) for t in (4096, 32768)]
     out += [("gq_ue8m0_g128", BF16, {"T": t, "H": 7168}) for t in (1, 16, 128, 4096, 32768)]
     out += [("gq_col_g128", BF16, {"T": t, "H": 7168}) for t in (1, 16, 128, 4096, 32768)]
+    # (column-major rows of 4096 at 64 / 128 rows: norm_quant.cu's tile kernel, kGroupTileRows)
+    out += [("gq_col_g128", BF16, {"T": t, "H": 4096}) for t in (64, 128)]
     out += [("gq_fp8_g128", BF16, {"T": t, "H": 16384}) for t in (1, 16, 128)]
     for op in ("gq_fp8_g64", "gq_fp8_g32"):
         out += [(op, BF16, {"T": t, "H": 4096}) for t in (128, 32768)]

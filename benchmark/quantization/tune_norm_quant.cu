@@ -96,9 +96,14 @@ struct Variant {
 
 bool g_packed = false;  // --layout packed: column-major packed UE8M0 scales (DeepGEMM's layout)
 bool g_col = false;     // --layout col: column-major fp32 scales, the column stride rows rounded up to 4 (TMA)
+// --spread S (DIAGNOSTIC, column-major layouts only; session 38): consecutive rows' scales S slots
+// apart (the column stride S times as long), so that at S = 8 no two rows share a 32-byte sector.
+int64_t g_spread = 1;
 
 // Floats of a scale buffer for `rows` rows of `groups` groups in the --layout's layout.
-size_t scale_floats(int64_t rows, size_t groups) { return g_col ? groups * size_t((rows + 3) / 4 * 4) : rows * groups; }
+size_t scale_floats(int64_t rows, size_t groups) {
+  return g_col || g_packed ? groups * size_t((rows + 3) / 4 * 4 * g_spread) : rows * groups;
+}
 
 // RMSNorm of set b as the norm rows run it (fused: in place on b.x with b.res, as
 // fused_add_rmsnorm; plain: into b.tmp).
@@ -140,8 +145,8 @@ RowQuantParams<T> params(const Set& b, int64_t rows, int64_t hidden, bool add) {
   p.qmax = kFp8Max;
   p.enable_pdl = true;
   if (g_packed || g_col) {  // int32 words [G / 4] or fp32 [G], [rows rounded up to 4], column-major
-    p.scales.stride_m = 1;
-    p.scales.stride_g = (rows + 3) / 4 * 4;
+    p.scales.stride_m = g_spread;
+    p.scales.stride_g = (rows + 3) / 4 * 4 * g_spread;
     p.scales.packed_ue8m0 = p.scales.round_ue8m0 = p.scales.codes_use_rounded = g_packed;
   }
   return p;
@@ -402,6 +407,23 @@ Variant decode_w_variant(int64_t rows, int64_t hidden) {
     return v;
   }
   return decode_shape_variant(name, rows, hidden, kKernels, kK);
+}
+
+// Session 38: the plain group quant on norm_quant.cu's tile kernel (launch_group_tile: tiles
+// of 8 rows x 4 groups), forced to either form: "gt direct" (each warp stores its row's scales)
+// or "gt tile cf" (kStage: the scales stored a column at a time after the block's barrier).
+// The group op only.
+template <int kMode>
+Variant group_tile_variant(int64_t rows, int64_t hidden) {
+  Variant v;
+  v.name = kMode == 0 ? "gt direct" : "gt tile cf";
+  v.fused[0] = v.fused[1] = [](const Set&, cudaStream_t) { return cudaErrorNotSupported; };
+  v.fused[2] = [=](const Set& b, cudaStream_t s) {
+    RowQuantParams<T> rp = params(b, rows, hidden, false);
+    rp.weight = nullptr;
+    return launch_group_tile<T>(rp, s, kMode);
+  };
+  return v;
 }
 
 // Session 25: norm_quant.cu's decode kernel (one block a row, kK groups a warp, trigger right
@@ -1063,8 +1085,8 @@ cudaError_t group_quant(const Set& b, const T* in, int64_t rows, int64_t hidden,
   gp.qmax = qmax;
   gp.enable_pdl = true;
   if (g_packed || g_col) {  // as params()
-    gp.scales.stride_m = 1;
-    gp.scales.stride_g = ((all_rows < 0 ? rows : all_rows) + 3) / 4 * 4;
+    gp.scales.stride_m = g_spread;
+    gp.scales.stride_g = ((all_rows < 0 ? rows : all_rows) + 3) / 4 * 4 * g_spread;
     gp.scales.packed_ue8m0 = gp.scales.round_ue8m0 = gp.scales.codes_use_rounded = g_packed;
   }
   return launch_group_quant<T>(QuantCode::kFp8, gp, s);
@@ -1076,7 +1098,7 @@ cudaError_t group_quant_flat(const Set& b, int64_t rows, int64_t hidden, cudaStr
   for (int64_t r0 = 0; r0 < rows; r0 += 256) {
     Set c = b;
     c.q = b.q + r0 * hidden;
-    c.s = b.s + (g_packed || g_col ? r0 : r0 * (hidden / kGroup));  // column-major: rows apart by 1
+    c.s = b.s + (g_packed || g_col ? r0 * g_spread : r0 * (hidden / kGroup));  // column-major: rows apart by 1
     const cudaError_t e =
         group_quant(c, b.x + r0 * hidden, std::min<int64_t>(256, rows - r0), hidden, s, kFp8Max, rows);
     if (e != cudaSuccess) return e;
@@ -1162,6 +1184,7 @@ int run(int argc, char** argv) {
       g_col = !std::strcmp(argv[i + 1], "col");
     }
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
+    if (!std::strcmp(argv[i], "--spread")) g_spread = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--pollute")) pollute = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--streams")) streams = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--op")) {
@@ -1372,6 +1395,8 @@ int run(int argc, char** argv) {
         vs.push_back(decode_w_variant<8, 7, PdlTrigger::kAfterLoads>(Tn, H));
         vs.push_back(decode_w_variant<2, 28, PdlTrigger::kEarly>(Tn, H));
         vs.push_back(decode_w_variant<4, 8, PdlTrigger::kAfterLoads>(Tn, H));
+        vs.push_back(group_tile_variant<0>(Tn, H));
+        vs.push_back(group_tile_variant<1>(Tn, H));
         vs.push_back(diag_decode_variant<0>(Tn, H));
         vs.push_back(diag_decode_variant<8>(Tn, H));
         vs.push_back(diag_decode_variant<227>(Tn, H));

@@ -318,12 +318,13 @@ __device__ __forceinline__ void* decode_scale_at(const RowQuantParams<T>& p, int
 // otherwise) and the codes at out_q (the first element of the block's part of the row). qmax_r:
 // qmax's reciprocal, q_ok = qmax_recip_ok(qmax) (both formed once by the caller). kv
 // (warp-uniform): the warp's groups inside the row (f is 0 past them; nothing is stored for
-// them, and a packed word's bytes for them are 0).
+// them, and a packed word's bytes for them are 0). col_warp >= 0: the codes go to the groups
+// col_warp * kK .. of the row at out_q instead of the decode layout's (this warp's).
 template <typename T, DecodeScales kScales, bool kNorm, int kK, int kElems>
 __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, const float (&f)[kK][kElems], float rstd,
                                                 const Vec<T, kElems> (&w)[kNorm ? kK : 1], int warp, float qmax,
                                                 float qmax_r, bool q_ok, void* scale_at, uint8_t* out_q,
-                                                int kv = kK) {
+                                                int kv = kK, int col_warp = -1) {
   const int lane = threadIdx.x & 31;
   const int mine = lane & (kK - 1);
   float y[kK][kElems];
@@ -362,7 +363,8 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
     for (int k = 0; k < kK; ++k) {
       const Vec<uint8_t, kElems> codes =
           to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
-      if (k < kv) *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + decode_col<kElems, kK>(k)) = codes;
+      const int col = col_warp < 0 ? decode_col<kElems, kK>(k) : (col_warp * kK + k) * (32 * kElems) + lane * kElems;
+      if (k < kv) *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + col) = codes;
     }
   };
   if constexpr (kScales == DecodeScales::kF32) {
@@ -483,6 +485,155 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) norm_quant_decode_kernel(co
 
   decode_quantize<T, kScales, kNorm, kK, kElems>(p, f, rstd, w, warp, qmax, qmax_r, q_ok, scale_at,
                                                  static_cast<uint8_t*>(p.output_q) + row * p.hidden + part);
+}
+
+// The plain per-token-group quant (no norm) of 16-bit rows of a multiple of 512 elements, g=128,
+// in tiles of kTileRows rows x 4 groups: block (x, y) quantizes groups 4x .. 4x + 3 of rows
+// kTileRows * y ..., warp w row kTileRows * y + w, in the decode kernel's step (decode_quantize:
+// 4 elements of each of the warp's 4 groups a lane, one redux a group maximum). Against the
+// decode kernel (a block a row), a row's groups spread over hidden / 512 blocks, so few rows
+// still reach many SMs; and with kStage the block's scales meet in shared memory after the codes
+// are stored, and its first warp stores them a column at a time, consecutive lanes consecutive
+// rows: with column-major scales 8 rows of a column are one 32-byte sector, written once.
+// Partial writes of one sector by several blocks (or warps) cost: tune_norm_quant.cu --spread
+// (session 38; H200, --streams 64, bf16 H=7168 T=128, column-major scales with consecutive rows
+// 1 / 2 / 8 slots apart, us): fused_rmsnorm_quant 2.10 / 1.99 / 1.96 (row-major 1.93), the plain
+// group quant 1.39 / 1.33 / 1.26 (row-major 1.17-1.19), T=256 1.82 / 1.73 / 1.69. Where the tile
+// kernel runs: kGroupTileRows.
+constexpr int kTileRows = 8;
+template <typename T, DecodeScales kScales, bool kStage>
+__global__ void __launch_bounds__(kTileRows * 32) group_quant_tile_kernel(const RowQuantParams<T> p) {
+  constexpr int kElems = 4, kK = kDecodeGroupsPerLane;
+  using V = Vec<T, kElems>;
+  // kStage: fp32 [group k][row w] (the scale's bits); packed [row w] (the warp's word).
+  __shared__ uint32_t stage[kK * kTileRows];
+  const int lane = threadIdx.x & 31, w = static_cast<int>(threadIdx.x >> 5);
+  const int tile = static_cast<int>(blockIdx.x);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
+  const int64_t row = row0 + w;
+  const bool valid = row < p.rows;  // warp-uniform
+  if (!kStage && !valid) return;    // (no barrier without kStage)
+  // A row past the end (kStage) runs the step on row0's data and stores nothing (kv = 0), so
+  // that every warp reaches the barrier on one path.
+  const int64_t at = valid ? row : row0;
+  const T* in = p.input + at * p.input_stride + static_cast<int64_t>(tile) * (kK * kDecodeGroup) + lane * kElems;
+  float qmax = p.qmax, qmax_r = __frcp_rn(p.qmax);
+  const int staged = kScales == DecodeScales::kF32 ? (lane & (kK - 1)) * kTileRows + w : w;
+  void* scale_at =
+      kStage ? static_cast<void*>(&stage[staged]) : decode_scale_at<kScales, kK>(p, at, tile, lane & (kK - 1));
+  asm volatile("" : "+f"(qmax), "+f"(qmax_r), "+l"(scale_at));
+  const bool q_ok = qmax_recip_ok(qmax);
+  pdl_wait_prefetched(in);
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  float f[kK][kElems];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    const V x = load_vec<V>(in + k * kDecodeGroup);
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) f[k][e] = to_float(x[e]);
+  }
+  const V no_weight[1] = {};
+  decode_quantize<T, kScales, false, kK, kElems>(p, f, 1.f, no_weight, tile, qmax, qmax_r, q_ok, scale_at,
+                                                 static_cast<uint8_t*>(p.output_q) + at * p.hidden, valid ? kK : 0,
+                                                 tile);
+  if constexpr (kStage) {
+    // (The codes before the barrier: with them after it, tune_norm_quant.cu "gt tile" read
+    // 0.1-0.2 us slower at 96-160 rows of 4096-6144 elements, faster only below 48 rows.)
+    __syncthreads();
+    constexpr int kCols = kScales == DecodeScales::kF32 ? kK : 1;
+    if (threadIdx.x < kCols * kTileRows) {
+      const int c = static_cast<int>(threadIdx.x) / kTileRows, i = static_cast<int>(threadIdx.x) % kTileRows;
+      if (row0 + i < p.rows) {
+        const int64_t col = kScales == DecodeScales::kF32 ? static_cast<int64_t>(tile) * kK + c : tile;
+        static_cast<uint32_t*>(p.scales.ptr)[col * p.scales.stride_g + (row0 + i) * p.scales.stride_m] =
+            stage[c * kTileRows + i];
+      }
+    }
+  }
+}
+
+// Where the plain group quant takes the tile kernel (16-bit rows of a multiple of 512 elements
+// from min_hidden to max_hidden, rows min_rows .. max_rows), by scale layout: kAny, or
+// column-major only (fp32 and packed UE8M0: kColumns; one of them: kColF32, kPacked); kStage
+// as the kernel's.
+// NOTE (session 38, H200, tune_norm_quant.cu --op group --streams 64, bf16, two runs, the
+// slower of the two, us at T = 1 / 8 / 16 / 32 / 48 / 64 / 96 / 128 / 160; "gt direct" = without
+// kStage, "gt tile cf" = with it):
+//   column-major fp32, 4096: prod 0.83 / 0.86 / 0.86 / 0.91 / 1.04 / 1.02 / 1.22 / 1.31 / 1.47,
+//     direct 0.85 / 0.88 / 0.89 / 0.90 / 0.91 / 0.93 / 1.10 / 1.34 / 1.41, staged 0.92 / 0.95 /
+//     0.97 / 0.99 / 1.02 / 1.07 / 1.18 / 1.21 / 1.27;
+//   5120: prod 0.89 / 0.91 / 0.92 / 1.01 / 1.02 / 1.13 / 1.45 / 1.51 / 1.57, direct 0.86 / 0.88 /
+//     0.89 / 0.91 / 0.92 / 1.01 / 1.21 / 1.41 / 1.42, staged - / - / - / 1.00 / 1.06 / 1.20 /
+//     1.21 / 1.27 / 1.49;
+//   6144: prod 0.91 / 0.93 / 0.94 / 1.17 / 1.14 / 1.27 / 1.51 / 1.47 / 1.64, direct 0.86 / 0.88 /
+//     0.89 / 0.91 / 1.00 / 1.09 / 1.43 / 1.41 / 1.54, staged ... / 1.18 / 1.25 / 1.38 / 1.51;
+//   7168: prod 1.03 / 1.06 / 1.08 / 1.19 / 1.29 / 1.29 / 1.42 / 1.39 / 1.65, direct 0.86 / 0.88 /
+//     0.90 / 0.92 / 1.04 / 1.15 / 1.40 / 1.52 / 1.67;
+//   8192: prod 1.08 / 1.12 / 1.14 / 1.20 / 1.27 / 1.31 / 1.48 / 1.45 / 1.63, direct 0.86 / 0.88 /
+//     0.90 / 0.92 / 1.09 / 1.34 / 1.40 / 1.57 / 1.79;
+//   packed UE8M0, 4096: prod 0.85 / 0.87 / 0.88 / 0.92 / 0.97 / 1.05 / 1.18 / 1.37 / 1.43, direct
+//     ... / 0.92 / 0.93 / 0.95 / 1.15 / 1.36 / 1.39, staged ... / 1.06 / 1.08 / 1.11 / 1.33;
+//     5120 T = 96 / 128: prod 1.34 / 1.25, staged 1.15 / 1.33; 6144 T = 64 / 96 / 128: prod 1.19
+//     / 1.36 / 1.25, staged 1.06 / 1.31 / 1.41; 7168 and 8192 as column-major fp32 to 48 rows
+//     (7168 T = 1 / 32 / 48: prod 1.09 / 1.29 / 1.26, direct 0.88 / 0.93 / 1.06);
+//   row-major fp32, 5120-8192 to 32 rows: prod 0.90-0.94 / 0.91-0.96 / 1.04-1.11 / 1.08-1.15,
+//     direct 0.86-0.90 / 0.86-0.92 / 0.86-0.92 / 0.87-0.93 (5120 / 6144 / 7168 / 8192); 4096 and
+//     below, and past 32 rows, no faster than the decode kernel (4096 T=1: 0.85 against 0.83).
+// Past 8192 elements, not measured.
+enum class TileLayouts { kAny, kColumns, kColF32, kPacked };
+struct GroupTileRows {
+  TileLayouts layouts;
+  int64_t min_hidden, max_hidden, min_rows, max_rows;
+  bool stage;
+};
+constexpr GroupTileRows kGroupTileRows[] = {
+    {TileLayouts::kAny, 5120, 8192, 1, 32, false},       {TileLayouts::kColumns, 4096, 8192, 33, 48, false},
+    {TileLayouts::kColumns, 4096, 7168, 49, 64, false},  {TileLayouts::kColF32, 4096, 6144, 65, 160, true},
+    {TileLayouts::kPacked, 4096, 4096, 65, 160, true},   {TileLayouts::kPacked, 5120, 6144, 65, 96, true}};
+
+// The tile kernel where kGroupTileRows says so (16-bit rows of a multiple of 512 elements, g=128,
+// fp8 codes without a clamp, fp32 scales or packed UE8M0, rows and output aligned as the decode
+// kernel needs); cudaErrorNotSupported otherwise.
+template <typename T>
+cudaError_t launch_group_tile(const RowQuantParams<T>& p, cudaStream_t stream, int force = -1) {
+  const bool f32 = !p.scales.packed_ue8m0 && !p.scales.round_ue8m0;
+  const bool packed = p.scales.packed_ue8m0;
+  if constexpr (sizeof(T) != 2) {
+    return cudaErrorNotSupported;
+  } else {
+    if (p.weight != nullptr || p.residual != nullptr || p.masked_m != nullptr || p.group_size != kDecodeGroup ||
+        needs_clamp<QuantCode::kFp8>(p.qmin, p.qmax) || (!f32 && !packed) || p.hidden % (4 * kDecodeGroup) != 0 ||
+        !rows_aligned(p.input, p.input_stride, sizeof(T), 4 * sizeof(T)) ||
+        reinterpret_cast<uintptr_t>(p.output_q) % 4 != 0) {
+      return cudaErrorNotSupported;
+    }
+    int mode = force;  // 0: direct, 1: kStage (tune sweeps force one)
+    if (mode < 0) {
+      const bool columns = p.scales.stride_m == 1 && p.scales.stride_g >= p.rows && p.rows > 1;
+      for (const GroupTileRows& r : kGroupTileRows) {
+        const bool kind_ok = r.layouts == TileLayouts::kColumns || (r.layouts == TileLayouts::kColF32 && f32) ||
+                             (r.layouts == TileLayouts::kPacked && packed);
+        const bool layout_ok = r.layouts == TileLayouts::kAny || (columns && kind_ok);
+        if (layout_ok && p.hidden >= r.min_hidden && p.hidden <= r.max_hidden && p.rows >= r.min_rows &&
+            p.rows <= r.max_rows) {
+          mode = r.stage ? 1 : 0;
+          break;
+        }
+      }
+      if (mode < 0) return cudaErrorNotSupported;
+    }
+    const int64_t row_tiles = (p.rows + kTileRows - 1) / kTileRows;
+    if (row_tiles > 65535) return cudaErrorNotSupported;
+    const dim3 grid(static_cast<uint32_t>(p.hidden / (4 * kDecodeGroup)), static_cast<uint32_t>(row_tiles));
+    const dim3 block(kTileRows * 32);
+    constexpr DecodeScales kF = DecodeScales::kF32, kP = DecodeScales::kPackedUe8m0;
+    if (mode == 1) {
+      return f32 ? launch_kernel(group_quant_tile_kernel<T, kF, true>, grid, block, 0, stream, p.enable_pdl, p)
+                 : launch_kernel(group_quant_tile_kernel<T, kP, true>, grid, block, 0, stream, p.enable_pdl, p);
+    }
+    return f32 ? launch_kernel(group_quant_tile_kernel<T, kF, false>, grid, block, 0, stream, p.enable_pdl, p)
+               : launch_kernel(group_quant_tile_kernel<T, kP, false>, grid, block, 0, stream, p.enable_pdl, p);
+  }
 }
 
 // Many rows in the decode layout (session 27): the decode kernel's block shape and step, but
@@ -1545,6 +1696,10 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
   // More than 256 rows: the decode kernel where decode_takes_many_rows says so, else the
   // vector kernel below.
   const bool decode_ok = p.masked_m == nullptr && code == QuantCode::kFp8 && !(p.hidden > 8192 && p.rows < 64);
+  if (p.rows <= 256 && decode_ok) {
+    // The tile kernel first where it applies (kGroupTileRows).
+    if (const cudaError_t err = launch_group_tile<T>(p, stream); err != cudaErrorNotSupported) return err;
+  }
   if (p.rows <= 256) return decode_ok ? launch_norm_decode<T>(p, stream) : cudaErrorNotSupported;
   if (decode_ok) {
     const cudaError_t err = launch_norm_decode<T>(p, stream);

@@ -276,7 +276,14 @@ MANY_ROW_SHAPES += [(4097, 1152), (2049, 1536), (2049, 2304), (1000, 4096), (300
 GPW_ROW_SHAPES = [(127, 2560), (128, 2560), (192, 2560), (193, 2560), (127, 3072), (192, 3072), (193, 3072)]
 GPW_ROW_SHAPES += [(256, 3072), (223, 4096), (224, 4096), (256, 4096), (191, 6144), (192, 6144), (256, 6144)]
 GPW_ROW_SHAPES += [(151, 7168), (152, 7168), (256, 7168), (223, 8192), (224, 8192), (256, 8192)]
-DECODE_SHAPES = FEW_GROUP_SHAPES + PIECE_SHAPES + MANY_ROW_SHAPES + GPW_ROW_SHAPES
+# 16-bit rows of 4096-8192 elements at up to 160 rows take norm_quant.cu's tile kernel (8 rows x
+# 4 groups a block; kGroupTileRows) by layout: every layout 5120-8192 to 32 rows; column-major
+# (fp32 or packed) 4096-8192 at 33-48 rows, 4096-7168 at 49-64; with the scales staged through
+# shared memory column-major fp32 4096-6144 at 65-160 rows, packed 4096 at 65-160 and 5120-6144
+# at 65-96. Each bound, one past it, and row counts off a multiple of 8 (a partial tile).
+TILE_ROWS = (1, 9, 32, 33, 48, 49, 64, 65, 96, 97, 160, 161)
+TILE_ROW_SHAPES = [(t, h) for h in (4096, 5120, 6144, 7168, 8192) for t in TILE_ROWS]
+DECODE_SHAPES = FEW_GROUP_SHAPES + PIECE_SHAPES + MANY_ROW_SHAPES + GPW_ROW_SHAPES + TILE_ROW_SHAPES
 
 
 @pytest.mark.parametrize("tokens, hidden", DECODE_SHAPES, ids=_shape_ids(DECODE_SHAPES))
