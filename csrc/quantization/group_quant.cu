@@ -5,8 +5,8 @@
 // The masked input (with or without the fused SiLU) takes group_quant_masked_kernel below.
 // Other calls without the fused SiLU go to norm_quant.cu (launch_row_group_quant) where its
 // kernels apply: the row kernel above 256 rows, its decode kernel at <= 256 rows (g=128, fp8
-// without a clamp, fp32 scales in either layout or packed UE8M0 scales); the flat kernel below
-// serves the rest.
+// without a clamp, fp32 scales in either layout or packed UE8M0 scales) or its tile kernel at
+// some of those rows (kGroupTileRows); the flat kernel below serves the rest.
 //
 // The input is one flat index space of 16-byte vectors; a group (group_size elements) is
 // kVpg consecutive vectors, held by kVpg consecutive lanes of one warp, so its maximum is a

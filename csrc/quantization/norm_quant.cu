@@ -579,7 +579,18 @@ __global__ void __launch_bounds__(kTileRows * 32) group_quant_tile_kernel(const 
 //   row-major fp32, 5120-8192 to 32 rows: prod 0.90-0.94 / 0.91-0.96 / 1.04-1.11 / 1.08-1.15,
 //     direct 0.86-0.90 / 0.86-0.92 / 0.86-0.92 / 0.87-0.93 (5120 / 6144 / 7168 / 8192); 4096 and
 //     below, and past 32 rows, no faster than the decode kernel (4096 T=1: 0.85 against 0.83).
-// Past 8192 elements, not measured.
+// Rows of 12288-18432 elements below 64 rows took group_quant.cu's flat kernel (the decode
+// kernel serves them from 64 rows, and stays faster there); the same tune, two runs alike, us at
+// T = 1 / 4 / 8 / 16 / 32 / 48 / 63, flat kernel / direct / staged:
+//   12288 column-major fp32 1.03 / 1.09 / 1.13 / 1.14 / 1.53 / 1.74 / 1.70, 0.81 / 0.82 / 0.89 /
+//     0.91 / 1.08 / 1.36 / 1.36, ... / 1.07 / 1.23 / 1.28;
+//   16384 column-major fp32 1.05 / 1.11 / 1.11 / 1.18 / 1.51 / 1.72 / 2.21-2.27, 0.84 / 0.84 /
+//     0.91 / 0.93 / 1.28 / 1.37 / 1.56, ... / 1.08 / 1.30 / 1.56;
+//   16384 packed 1.11 / 1.17 / 1.23 / 1.52 / 1.72 / 1.99 / 2.13, 0.84 / 0.85 / 0.93 / 0.96 / 1.35 /
+//     1.42 / 1.64, ... / 1.11 / 1.35 / 1.42;
+//   18432 row-major 1.06 / 1.10 / 1.04 / 1.19 / 1.41 / 1.67 / 2.30, 0.83 / 0.83 / 0.90 / 0.97 /
+//     1.32 / 1.46 / 1.60, ... / 1.24 / 1.50 / 1.60 (14336 alike). Between 8192 and 12288, and
+//     past 18432, not measured.
 enum class TileLayouts { kAny, kColumns, kColF32, kPacked };
 struct GroupTileRows {
   TileLayouts layouts;
@@ -589,7 +600,8 @@ struct GroupTileRows {
 constexpr GroupTileRows kGroupTileRows[] = {
     {TileLayouts::kAny, 5120, 8192, 1, 32, false},       {TileLayouts::kColumns, 4096, 8192, 33, 48, false},
     {TileLayouts::kColumns, 4096, 7168, 49, 64, false},  {TileLayouts::kColF32, 4096, 6144, 65, 160, true},
-    {TileLayouts::kPacked, 4096, 4096, 65, 160, true},   {TileLayouts::kPacked, 5120, 6144, 65, 96, true}};
+    {TileLayouts::kPacked, 4096, 4096, 65, 160, true},   {TileLayouts::kPacked, 5120, 6144, 65, 96, true},
+    {TileLayouts::kAny, 12288, 18432, 1, 16, false},     {TileLayouts::kAny, 12288, 18432, 17, 63, true}};
 
 // The tile kernel where kGroupTileRows says so (16-bit rows of a multiple of 512 elements, g=128,
 // fp8 codes without a clamp, fp32 scales or packed UE8M0, rows and output aligned as the decode
@@ -1688,16 +1700,18 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
   // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
   // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
   // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
-  // to the flat kernel below 64 rows. Rows of more than 32 warps (above 16384 elements at 4
+  // to the flat kernel below 64 rows (since session 38, 12288-18432 to the tile kernel there). Rows of more than 32 warps (above 16384 elements at 4
   // groups a warp, above 4096 at 1: 4224) take the kernel in pieces of at most 32 warps
   // (launch_norm_decode); before, the flat kernel: H100,
   // bench_group_quant.py --models, gq_fp8_g128 T=128 H=18944 3.70 us (H=12288, one block a
   // row: 1.61).
   // More than 256 rows: the decode kernel where decode_takes_many_rows says so, else the
   // vector kernel below.
-  const bool decode_ok = p.masked_m == nullptr && code == QuantCode::kFp8 && !(p.hidden > 8192 && p.rows < 64);
-  if (p.rows <= 256 && decode_ok) {
-    // The tile kernel first where it applies (kGroupTileRows).
+  const bool tile_ok = p.masked_m == nullptr && code == QuantCode::kFp8;
+  const bool decode_ok = tile_ok && !(p.hidden > 8192 && p.rows < 64);
+  if (p.rows <= 256 && tile_ok) {
+    // The tile kernel first where it applies (kGroupTileRows; rows of more than 8192 elements
+    // below 64 rows included).
     if (const cudaError_t err = launch_group_tile<T>(p, stream); err != cudaErrorNotSupported) return err;
   }
   if (p.rows <= 256) return decode_ok ? launch_norm_decode<T>(p, stream) : cudaErrorNotSupported;

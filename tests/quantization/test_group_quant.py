@@ -280,9 +280,11 @@ GPW_ROW_SHAPES += [(151, 7168), (152, 7168), (256, 7168), (223, 8192), (224, 819
 # 4 groups a block; kGroupTileRows) by layout: every layout 5120-8192 to 32 rows; column-major
 # (fp32 or packed) 4096-8192 at 33-48 rows, 4096-7168 at 49-64; with the scales staged through
 # shared memory column-major fp32 4096-6144 at 65-160 rows, packed 4096 at 65-160 and 5120-6144
-# at 65-96. Each bound, one past it, and row counts off a multiple of 8 (a partial tile).
+# at 65-96; every layout 12288-18432 to 63 rows (16 without the staging). Each bound, one past
+# it, and row counts off a multiple of 8 (a partial tile).
 TILE_ROWS = (1, 9, 32, 33, 48, 49, 64, 65, 96, 97, 160, 161)
 TILE_ROW_SHAPES = [(t, h) for h in (4096, 5120, 6144, 7168, 8192) for t in TILE_ROWS]
+TILE_ROW_SHAPES += [(t, h) for h in (12288, 14336, 18432) for t in (1, 16, 17, 63, 64)]
 DECODE_SHAPES = FEW_GROUP_SHAPES + PIECE_SHAPES + MANY_ROW_SHAPES + GPW_ROW_SHAPES + TILE_ROW_SHAPES
 
 
