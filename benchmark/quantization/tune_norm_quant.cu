@@ -13,14 +13,16 @@
 //     csrc/quantization/group_quant.cu csrc/common/runtime.cc
 //   /tmp/tune_norm_quant [--T 1,16,128,1024,4096,32768] [--H 4096,7168] [--op plain|add|group|all] [--diag 1]
 //                        [--layout row|packed|col] [--only PREFIX,PREFIX,...] [--pollute N] [--streams N]
-//   (--layout col: column-major fp32 scales, the column stride the rows rounded up to 4)
+//   (--layout col: column-major fp32 scales, the column stride the rows rounded up to 4;
+//   --spread S, a diagnostic: consecutive rows' column-major scales S slots apart)
 //   (--pollute N: the bench's process state first, tune_common::pollute in benchmark/tune_common.cuh;
 //   --streams N: tune_common::extra_streams, what a torch process's stream pools do to PDL rows)
 //   /tmp/tune_norm_quant --check-div    # quant.cuh's exact shortcuts against __fdiv_rn / __frcp_rn (see check_div)
 //
 // Session 20 rows: "qd early" / "qd mid" (the decode kernel's PDL trigger placements) and
 // "qx F" (diag_decode_kernel: the decode kernel's scale step taken apart; F below). Session 37:
-// "qd kK wW early|mid" (K groups a warp, the block's W warps compiled in).
+// "qd kK wW early|mid" (K groups a warp, the block's W warps compiled in). Session 38: "gt direct"
+// and "gt tile cf" (the group op on norm_quant.cu's tile kernel, each form forced).
 //
 // "rmsnorm" times launch_rmsnorm alone (the norm without the quantization; fused_add_rmsnorm
 // for the add op); --norms 1 adds decode_norm_kernel's shapes (below) and "rms-cN": norm.cu's
