@@ -363,7 +363,7 @@ __device__ __forceinline__ void decode_quantize(const RowQuantParams<T>& p, cons
     for (int k = 0; k < kK; ++k) {
       const Vec<uint8_t, kElems> codes =
           to_codes<QuantCode::kFp8>(y[k], __shfl_sync(0xffffffffu, inv, k), p.qmin, p.qmax, false);
-      const int col = col_warp < 0 ? decode_col<kElems, kK>(k) : (col_warp * kK + k) * (32 * kElems) + lane * kElems;
+      const int col = col_warp < 0 ? decode_col<kElems, kK>(k) : decode_col<kElems, kK>(k, col_warp);
       if (k < kv) *reinterpret_cast<Vec<uint8_t, kElems>*>(out_q + col) = codes;
     }
   };
@@ -1700,8 +1700,9 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
   // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
   // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
   // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
-  // to the flat kernel below 64 rows (since session 38, 12288-18432 to the tile kernel there). Rows of more than 32 warps (above 16384 elements at 4
-  // groups a warp, above 4096 at 1: 4224) take the kernel in pieces of at most 32 warps
+  // to the flat kernel below 64 rows (since session 38, 12288-18432 to the tile kernel there).
+  // Rows of more than 32 warps (above 16384 elements at 4 groups a warp, above 4096 at 1: 4224)
+  // take the kernel in pieces of at most 32 warps
   // (launch_norm_decode); before, the flat kernel: H100,
   // bench_group_quant.py --models, gq_fp8_g128 T=128 H=18944 3.70 us (H=12288, one block a
   // row: 1.61).

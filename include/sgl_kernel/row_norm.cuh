@@ -201,8 +201,13 @@ __device__ __forceinline__ float row_group_sum(float v, int tpr, float* scratch)
 // (norm_quant.cu) built on it beat the row-group layout above by 0.1 us (RMSNorm) to 0.4 us
 // (norm + quant) a call (H200; benchmark/quantization/tune_norm_quant.cu --norms 1 / --diag 1).
 template <int kElems, int kK>
+__device__ __forceinline__ int decode_col(int k, int warp) {
+  return (warp * kK + k) * (32 * kElems) + static_cast<int>(threadIdx.x & 31) * kElems;
+}
+// (The chunk of this thread's own warp.)
+template <int kElems, int kK>
 __device__ __forceinline__ int decode_col(int k) {
-  return (static_cast<int>(threadIdx.x >> 5) * kK + k) * (32 * kElems) + static_cast<int>(threadIdx.x & 31) * kElems;
+  return decode_col<kElems, kK>(k, static_cast<int>(threadIdx.x >> 5));
 }
 
 // This lane's part of a row in the decode layout (fused: also the residual's), and of the
