@@ -234,6 +234,163 @@ cudaError_t embed_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   });
 }
 
+// Session 39: a grid of resident blocks looping over the flat grid's items ("loop vV tT bB":
+// V chunks an item, T threads a block, B blocks an SM), each thread issuing the next item's
+// index and weight loads before it stores the current item: no block turnover, and a
+// thread's loads of item i + 1 in flight while item i's stores go out. The same items, bytes and
+// zero rows as embedding_lookup_kernel.
+template <int kBytes, typename TIdx, int kVpt, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    embed_loop_kernel(const EmbeddingLookupParams p, const FastDivmod cols, const uint32_t chunks,
+                      const uint32_t total, const int64_t row0) {
+  using C = Chunk<kBytes>;
+  const uint32_t stride = gridDim.x * kThreads;
+  uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  SGL_PDL_WAIT();
+  SGL_PDL_LAUNCH_DEPENDENTS();
+  if (i >= total) return;
+  const TIdx* __restrict__ indices = static_cast<const TIdx*>(p.indices);
+  auto fetch = [&](uint32_t item, C (&x)[kVpt], C*& dst, uint32_t& c) {
+    uint32_t g;
+    cols.divmod(item, g, c);
+    const int64_t row = row0 + g;
+    dst = reinterpret_cast<C*>(static_cast<char*>(p.out) + row * p.row_bytes);
+    const int64_t index = static_cast<int64_t>(__ldg(indices + strided_offset(p.idx_layout, row)));
+    const bool valid = index >= p.vocab_start && index - p.vocab_start < p.num_valid;
+    const int64_t src_offset = valid ? (index - p.vocab_start) * p.weight_stride : 0;
+    const C* __restrict__ src = reinterpret_cast<const C*>(static_cast<const char*>(p.weight) + src_offset);
+#pragma unroll
+    for (int u = 0; u < kVpt; ++u) {
+      const uint32_t cc = c + u * cols.divisor;
+      x[u] = C{};
+      if (valid && (u == 0 || cc < chunks)) x[u] = embedding::load_chunk<kBytes, LoadPolicy::kDefault>(src + cc);
+    }
+  };
+  C x[kVpt];
+  C* dst;
+  uint32_t c;
+  fetch(i, x, dst, c);
+  for (;;) {
+    const uint32_t next = i + stride;  // total + stride < 2^32: total <= 2^31, stride < 2^31
+    const bool more = next < total;
+    C y[kVpt];
+    C* dst_next = dst;
+    uint32_t c_next = c;
+    if (more) fetch(next, y, dst_next, c_next);
+#pragma unroll
+    for (int u = 0; u < kVpt; ++u) {
+      const uint32_t cc = c + u * cols.divisor;
+      if (u == 0 || cc < chunks) store_chunk<kBytes, StorePolicy::kDefault>(dst + cc, x[u]);
+    }
+    if (!more) break;
+#pragma unroll
+    for (int u = 0; u < kVpt; ++u) x[u] = y[u];
+    dst = dst_next, c = c_next, i = next;
+  }
+}
+
+// The same resident-block loop for store_kv_cache ("loop kv tT bB"): a chunk of k and of v a
+// thread an item (store_kv_cache_kernel's kTensors 2, kVpt 1), the next item's location and
+// chunks loaded before the current item is stored.
+template <int kBytes, typename TLoc, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    store_loop_kernel(const StoreKvCacheParams p, const FastDivmod cols, const uint32_t total, const int64_t row0) {
+  using C = Chunk<kBytes>;
+  const uint32_t stride = gridDim.x * kThreads;
+  uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  SGL_PDL_WAIT();
+  if (i < total) {
+    const TLoc* __restrict__ out_loc = static_cast<const TLoc*>(p.out_loc);
+    auto fetch = [&](uint32_t item, C (&x)[2], int64_t& slot, int64_t& dst_offset) {
+      uint32_t g, c;
+      cols.divmod(item, g, c);
+      const int64_t row = row0 + g;
+      slot = static_cast<int64_t>(__ldg(out_loc + row));
+      const int64_t src_offset = row * p.src_stride + int64_t{c} * kBytes;
+      x[0] = store_kv::load_chunk<kBytes, LoadPolicy::kDefault>(
+          reinterpret_cast<const C*>(static_cast<const char*>(p.k) + src_offset));
+      x[1] = store_kv::load_chunk<kBytes, LoadPolicy::kDefault>(
+          reinterpret_cast<const C*>(static_cast<const char*>(p.v) + src_offset));
+      dst_offset = int64_t{c} * kBytes;
+    };
+    C x[2];
+    int64_t slot, off;
+    fetch(i, x, slot, off);
+    for (;;) {
+      const uint32_t next = i + stride;
+      const bool more = next < total;
+      C y[2];
+      int64_t slot_next = 0, off_next = 0;
+      if (more) fetch(next, y, slot_next, off_next);
+      if (slot >= 0 && slot < p.num_slots) {
+        const int64_t d = slot * p.cache_stride + off;
+        store_chunk<kBytes, StorePolicy::kDefault>(reinterpret_cast<C*>(static_cast<char*>(p.k_cache) + d), x[0]);
+        store_chunk<kBytes, StorePolicy::kDefault>(reinterpret_cast<C*>(static_cast<char*>(p.v_cache) + d), x[1]);
+      }
+      if (!more) break;
+      x[0] = y[0], x[1] = y[1];
+      slot = slot_next, off = off_next, i = next;
+    }
+  }
+  SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+static int sm_count() {
+  static int n = 0;
+  if (n == 0) {
+    int dev = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  }
+  return n;
+}
+
+template <int kThreads, int kBlocksPerSm>
+cudaError_t store_loop(const StoreKvCacheParams& p, cudaStream_t stream) {
+  if (p.n == 0 || p.row_bytes == 0) return cudaSuccess;
+  const int bytes = chunk_bytes({address(p.k_cache), address(p.v_cache), address(p.k), address(p.v),
+                                 static_cast<uint64_t>(p.cache_stride), static_cast<uint64_t>(p.src_stride),
+                                 static_cast<uint64_t>(p.row_bytes)});
+  return dispatch_row_copy(bytes, p.loc_int64, [&](auto width, auto index) {
+    constexpr int kBytes = decltype(width)::value;
+    using TLoc = typename decltype(index)::type;
+    const int64_t cols = p.row_bytes / kBytes;
+    if (cols > store_kv::kMaxLaunchThreads) return cudaErrorInvalidValue;
+    const int64_t rows_per_launch = store_kv::kMaxLaunchThreads / cols;
+    for (int64_t row0 = 0; row0 < p.n; row0 += rows_per_launch) {
+      const int64_t total = std::min(rows_per_launch, p.n - row0) * cols;
+      const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(total, kThreads), int64_t{sm_count()} * kBlocksPerSm);
+      SGL_CUDA_TRY(launch_kernel(store_loop_kernel<kBytes, TLoc, kThreads>, dim3(static_cast<uint32_t>(blocks)),
+                                 dim3(kThreads), 0, stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(cols)),
+                                 static_cast<uint32_t>(total), row0));
+    }
+    return cudaSuccess;
+  });
+}
+
+template <int kVpt, int kThreads, int kBlocksPerSm>
+cudaError_t embed_loop(const EmbeddingLookupParams& p, cudaStream_t stream) {
+  if (p.num_indices == 0 || p.row_bytes == 0) return cudaSuccess;
+  const int bytes = chunk_bytes({address(p.out), address(p.weight), static_cast<uint64_t>(p.weight_stride),
+                                 static_cast<uint64_t>(p.row_bytes)});
+  return dispatch_row_copy(bytes, p.indices_int64, [&](auto width, auto index) {
+    constexpr int kBytes = decltype(width)::value;
+    using TIdx = typename decltype(index)::type;
+    const int64_t chunks = p.row_bytes / kBytes;
+    const int64_t cols = ceil_div<int64_t>(chunks, kVpt);
+    if (chunks > embedding::kMaxLaunchThreads) return cudaErrorInvalidValue;
+    const int64_t rows_per_launch = embedding::kMaxLaunchThreads / cols;
+    for (int64_t row0 = 0; row0 < p.num_indices; row0 += rows_per_launch) {
+      const int64_t total = std::min(rows_per_launch, p.num_indices - row0) * cols;
+      const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(total, kThreads), int64_t{sm_count()} * kBlocksPerSm);
+      SGL_CUDA_TRY(launch_kernel(embed_loop_kernel<kBytes, TIdx, kVpt, kThreads>, dim3(static_cast<uint32_t>(blocks)),
+                                 dim3(kThreads), 0, stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(cols)),
+                                 static_cast<uint32_t>(chunks), static_cast<uint32_t>(total), row0));
+    }
+    return cudaSuccess;
+  });
+}
+
 template <typename Fn>
 struct Variant {
   const char* name;
@@ -252,6 +409,11 @@ static const Variant<StoreFn> kStoreVariants[] = {
     {"kv t512", &store_shape<2, 1, 512, LP::kDefault>},
     {"kv t128", &store_shape<2, 1, 128, LP::kDefault>},
     {"kv2 t128", &store_shape<2, 2, 128, LP::kDefault>},
+    // Session 39: resident blocks looping over the items (store_loop_kernel).
+    {"loop kv t256 b8", &store_loop<256, 8>},
+    {"loop kv t256 b4", &store_loop<256, 4>},
+    {"loop kv t512 b4", &store_loop<512, 4>},
+    {"loop kv t128 b16", &store_loop<128, 16>},
 };
 static const Variant<EmbedFn> kEmbedVariants[] = {
     {"old", &old_embedding::launch_embedding_lookup},
@@ -284,6 +446,13 @@ static const Variant<EmbedFn> kEmbedVariants[] = {
     {"v2 t256 ip", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 3, true>},
     {"v2 t256 p1 ip", &embed_shape<2, 256, LP::kDefault, SP::kDefault, 1, true>},
     {"v1 t128 p1 ip", &embed_shape<1, 128, LP::kDefault, SP::kDefault, 1, true>},
+    // Session 39: resident blocks looping over the items (embed_loop_kernel).
+    {"loop v2 t256 b8", &embed_loop<2, 256, 8>},
+    {"loop v2 t256 b4", &embed_loop<2, 256, 4>},
+    {"loop v1 t256 b8", &embed_loop<1, 256, 8>},
+    {"loop v2 t512 b2", &embed_loop<2, 512, 2>},
+    {"loop v4 t256 b4", &embed_loop<4, 256, 4>},
+    {"loop v1 t128 b16", &embed_loop<1, 128, 16>},
 };
 constexpr int kNumStore = sizeof(kStoreVariants) / sizeof(kStoreVariants[0]);
 constexpr int kNumEmbed = sizeof(kEmbedVariants) / sizeof(kEmbedVariants[0]);

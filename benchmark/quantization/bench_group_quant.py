@@ -51,7 +51,7 @@ Goals (DESIGN.md 9, GB/s as H200 figures scaled by the measured copy bandwidth):
 gq_fp8_g128 bf16 T=32768 H=4096 >= 3800 GB/s (torch.compile measured 3139 on the H200);
 gq_silu_g128 >= 1.3x two-kernel at T >= 4096; the SiLU ops >= 1.0x two-kernel everywhere;
 every op >= 1.0x torch.compile at every shape; T=1, 16, 128 <= 2 us in a CUDA graph. Full
-run: 34 shapes, about 3 minutes on an H100/H200, most of it compiling (pass
+run: 43 shapes, about 3 minutes on an H100/H200, most of it compiling (pass
 --max-seconds 220: past 60 % of it the compiled baseline is skipped).
 """
 
@@ -159,6 +159,8 @@ def shapes(quick: bool, models: bool = False):
     # (column-major rows of 4096 at 64 / 128 rows: norm_quant.cu's tile kernel, kGroupTileRows)
     out += [("gq_col_g128", BF16, {"T": t, "H": 4096}) for t in (64, 128)]
     out += [("gq_fp8_g128", BF16, {"T": t, "H": 16384}) for t in (1, 16, 128)]
+    # (rows of 28672, Llama-70B's down projection, below 64 rows: the tile kernel since session 39)
+    out += [("gq_col_g128", BF16, {"T": t, "H": 28672}) for t in (1, 16, 48)]
     for op in ("gq_fp8_g64", "gq_fp8_g32"):
         out += [(op, BF16, {"T": t, "H": 4096}) for t in (128, 32768)]
     out += [("gq_int8_g128", BF16, {"T": t, "H": 4096}) for t in (1, 32768)]

@@ -589,8 +589,25 @@ __global__ void __launch_bounds__(kTileRows * 32) group_quant_tile_kernel(const 
 //   16384 packed 1.11 / 1.17 / 1.23 / 1.52 / 1.72 / 1.99 / 2.13, 0.84 / 0.85 / 0.93 / 0.96 / 1.35 /
 //     1.42 / 1.64, ... / 1.11 / 1.35 / 1.42;
 //   18432 row-major 1.06 / 1.10 / 1.04 / 1.19 / 1.41 / 1.67 / 2.30, 0.83 / 0.83 / 0.90 / 0.97 /
-//     1.32 / 1.46 / 1.60, ... / 1.24 / 1.50 / 1.60 (14336 alike). Between 8192 and 12288, and
-//     past 18432, not measured.
+//     1.32 / 1.46 / 1.60, ... / 1.24 / 1.50 / 1.60 (14336 alike).
+// Session 39, the rest of the flat kernel's rows past 8192 elements (same tune, two runs alike,
+// us, flat / direct / staged):
+//   8704-11776, T = 1 / 8 / 32 / 48 / 63: column-major fp32 1.02-1.05 / 1.12-1.14 / 1.33-1.40 /
+//     1.45-1.57 / 1.52-1.71, 0.81 / 0.88 / 0.94-1.07 / 1.09-1.33 / 1.28-1.35, 0.91-0.92 / 0.96 /
+//     1.11-1.19 / 1.06-1.31 / 1.20-1.35; packed T = 32 / 48 / 63 1.53-1.63 / 1.66-1.76 /
+//     1.71-1.98, 0.98-1.21 / 1.29-1.37 / 1.35-1.41, 1.03-1.06 / 1.07-1.29 / 1.26-1.33; row-major
+//     as column-major;
+//   19456-32768, T = 8 / 16 / 24 / 32 / 48 / 63 (64 and past: the decode kernel, as fast as the
+//     tile kernel or faster): flat 1.04-1.32 / 1.22-1.72 / 1.27-2.01 / 1.43-2.28 / 1.94-2.75 /
+//     2.32-3.92, direct 0.89-0.95 / 0.98-1.35 / 1.14-1.42 / 1.35-1.66 / 1.53-2.06 / 1.65-2.22,
+//     staged 0.97-1.08 / 1.05-1.22 / 1.04-1.38 / 1.26-1.62 / 1.40-2.13 / 1.60-2.36. Staged
+//     leads from 17 rows at 19456-24576 (to 63 rows packed, to 48 otherwise), and at 9-32 rows
+//     of 28672-32768; e.g. packed 24576 T = 16 / 63 1.24 / 2.06 direct, 1.06 / 1.72-1.89 staged;
+//     32768 column-major T = 48 / 63 1.87 / 2.06 direct, 2.13 / 2.26 staged;
+//   36864-65536, T = 1 / 4 / 16 / 32 / 63: flat 1.07-1.17 / 1.03-1.32 / 1.40-2.24 / 2.30-3.96 /
+//     4.48-5.93, direct 0.84-0.90 / 0.85-0.93 / 1.32-1.67 / 1.60-2.23 / 2.86-4.28, staged
+//     0.97-1.19 / 1.01-1.23 / 1.23-1.52 / 1.59-2.38 / 3.02-4.40.
+// Sizes between the measured ones take the nearer measured rule.
 enum class TileLayouts { kAny, kColumns, kColF32, kPacked };
 struct GroupTileRows {
   TileLayouts layouts;
@@ -601,7 +618,12 @@ constexpr GroupTileRows kGroupTileRows[] = {
     {TileLayouts::kAny, 5120, 8192, 1, 32, false},       {TileLayouts::kColumns, 4096, 8192, 33, 48, false},
     {TileLayouts::kColumns, 4096, 7168, 49, 64, false},  {TileLayouts::kColF32, 4096, 6144, 65, 160, true},
     {TileLayouts::kPacked, 4096, 4096, 65, 160, true},   {TileLayouts::kPacked, 5120, 6144, 65, 96, true},
-    {TileLayouts::kAny, 12288, 18432, 1, 16, false},     {TileLayouts::kAny, 12288, 18432, 17, 63, true}};
+    {TileLayouts::kAny, 8704, 11776, 1, 32, false},      {TileLayouts::kAny, 8704, 11776, 33, 63, true},
+    {TileLayouts::kAny, 12288, 18944, 1, 16, false},     {TileLayouts::kAny, 12288, 18944, 17, 63, true},
+    {TileLayouts::kAny, 19456, 26624, 1, 16, false},     {TileLayouts::kAny, 19456, 26624, 17, 48, true},
+    {TileLayouts::kPacked, 19456, 26624, 49, 63, true},  {TileLayouts::kAny, 19456, 26624, 49, 63, false},
+    {TileLayouts::kAny, 27136, 34816, 1, 8, false},      {TileLayouts::kAny, 27136, 34816, 9, 32, true},
+    {TileLayouts::kAny, 27136, 34816, 33, 63, false},    {TileLayouts::kAny, 35328, 65536, 1, 63, false}};
 
 // The tile kernel where kGroupTileRows says so (16-bit rows of a multiple of 512 elements, g=128,
 // fp8 codes without a clamp, fp32 scales or packed UE8M0, rows and output aligned as the decode
@@ -1700,7 +1722,8 @@ cudaError_t launch_row_group_quant(QuantCode code, const RowQuantParams<T>& p, c
   // tie (+-0.05) up to T=2 and the decode kernel wins from T=4 (T=64: 1.21/1.38,
   // 1.35/1.58); H=16384 (a 1024-thread block per row) loses up to T=32 (T=1 1.59/1.23,
   // T=32 1.66/1.60) and wins from T=64 (1.77/2.15). So rows of more than 8192 elements go
-  // to the flat kernel below 64 rows (since session 38, 12288-18432 to the tile kernel there).
+  // to the flat kernel below 64 rows (since session 38 / 39 16-bit multiples of 512 up to
+  // 65536 elements take the tile kernel there).
   // Rows of more than 32 warps (above 16384 elements at 4 groups a warp, above 4096 at 1: 4224)
   // take the kernel in pieces of at most 32 warps
   // (launch_norm_decode); before, the flat kernel: H100,

@@ -285,6 +285,13 @@ GPW_ROW_SHAPES += [(151, 7168), (152, 7168), (256, 7168), (223, 8192), (224, 819
 TILE_ROWS = (1, 9, 32, 33, 48, 49, 64, 65, 96, 97, 160, 161)
 TILE_ROW_SHAPES = [(t, h) for h in (4096, 5120, 6144, 7168, 8192) for t in TILE_ROWS]
 TILE_ROW_SHAPES += [(t, h) for h in (12288, 14336, 18432) for t in (1, 16, 17, 63, 64)]
+# Session 39: every kGroupTileRows bound past 8192 elements, and the first row length past the
+# table (66048: the flat kernel below 64 rows).
+TILE_ROW_SHAPES += [(t, h) for h in (8704, 11776) for t in (1, 32, 33, 63, 64)]
+TILE_ROW_SHAPES += [(t, 18944) for t in (16, 17, 63)]
+TILE_ROW_SHAPES += [(t, h) for h in (19456, 26624) for t in (1, 16, 17, 48, 49, 63, 64)]
+TILE_ROW_SHAPES += [(t, h) for h in (27136, 32768, 34816) for t in (8, 9, 32, 33, 63)]
+TILE_ROW_SHAPES += [(t, h) for h in (35328, 65536) for t in (1, 63, 64)] + [(1, 66048), (63, 66048)]
 DECODE_SHAPES = FEW_GROUP_SHAPES + PIECE_SHAPES + MANY_ROW_SHAPES + GPW_ROW_SHAPES + TILE_ROW_SHAPES
 
 
