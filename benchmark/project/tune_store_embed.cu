@@ -211,13 +211,28 @@ using tune_common::parse_list;
 using StoreFn = cudaError_t (*)(const StoreKvCacheParams&, cudaStream_t);
 using EmbedFn = cudaError_t (*)(const EmbeddingLookupParams&, cudaStream_t);
 
-template <int kTensors, int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault>
-cudaError_t store_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
+// The production launchers' dispatch of a call: nothing to do for an empty one, else f(width,
+// index) with the chunk width and the index type as integral_constant / type tags.
+template <typename F>
+cudaError_t with_store_width(const StoreKvCacheParams& p, F&& f) {
   if (p.n == 0 || p.row_bytes == 0) return cudaSuccess;
   const int bytes = chunk_bytes({address(p.k_cache), address(p.v_cache), address(p.k), address(p.v),
                                  static_cast<uint64_t>(p.cache_stride), static_cast<uint64_t>(p.src_stride),
                                  static_cast<uint64_t>(p.row_bytes)});
-  return dispatch_row_copy(bytes, p.loc_int64, [&](auto width, auto index) {
+  return dispatch_row_copy(bytes, p.loc_int64, f);
+}
+
+template <typename F>
+cudaError_t with_embed_width(const EmbeddingLookupParams& p, F&& f) {
+  if (p.num_indices == 0 || p.row_bytes == 0) return cudaSuccess;
+  const int bytes = chunk_bytes({address(p.out), address(p.weight), static_cast<uint64_t>(p.weight_stride),
+                                 static_cast<uint64_t>(p.row_bytes)});
+  return dispatch_row_copy(bytes, p.indices_int64, f);
+}
+
+template <int kTensors, int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault>
+cudaError_t store_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
+  return with_store_width(p, [&](auto width, auto index) {
     return store_kv::launch_shape<decltype(width)::value, typename decltype(index)::type, kTensors, kVpt, kThreads,
                                   kLoad, kStore>(p, stream);
   });
@@ -225,10 +240,7 @@ cudaError_t store_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
 
 template <int kVpt, int kThreads, LP kLoad, SP kStore = SP::kDefault, int kPdl = 3, bool kIdxPlain = false>
 cudaError_t embed_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
-  if (p.num_indices == 0 || p.row_bytes == 0) return cudaSuccess;
-  const int bytes = chunk_bytes({address(p.out), address(p.weight), static_cast<uint64_t>(p.weight_stride),
-                                 static_cast<uint64_t>(p.row_bytes)});
-  return dispatch_row_copy(bytes, p.indices_int64, [&](auto width, auto index) {
+  return with_embed_width(p, [&](auto width, auto index) {
     return embedding::launch_shape<decltype(width)::value, typename decltype(index)::type, kVpt, kThreads, kLoad,
                                    kStore, kPdl, kIdxPlain>(p, stream);
   });
@@ -347,11 +359,7 @@ static int sm_count() {
 
 template <int kThreads, int kBlocksPerSm>
 cudaError_t store_loop(const StoreKvCacheParams& p, cudaStream_t stream) {
-  if (p.n == 0 || p.row_bytes == 0) return cudaSuccess;
-  const int bytes = chunk_bytes({address(p.k_cache), address(p.v_cache), address(p.k), address(p.v),
-                                 static_cast<uint64_t>(p.cache_stride), static_cast<uint64_t>(p.src_stride),
-                                 static_cast<uint64_t>(p.row_bytes)});
-  return dispatch_row_copy(bytes, p.loc_int64, [&](auto width, auto index) {
+  return with_store_width(p, [&](auto width, auto index) {
     constexpr int kBytes = decltype(width)::value;
     using TLoc = typename decltype(index)::type;
     const int64_t cols = p.row_bytes / kBytes;
@@ -370,10 +378,7 @@ cudaError_t store_loop(const StoreKvCacheParams& p, cudaStream_t stream) {
 
 template <int kVpt, int kThreads, int kBlocksPerSm>
 cudaError_t embed_loop(const EmbeddingLookupParams& p, cudaStream_t stream) {
-  if (p.num_indices == 0 || p.row_bytes == 0) return cudaSuccess;
-  const int bytes = chunk_bytes({address(p.out), address(p.weight), static_cast<uint64_t>(p.weight_stride),
-                                 static_cast<uint64_t>(p.row_bytes)});
-  return dispatch_row_copy(bytes, p.indices_int64, [&](auto width, auto index) {
+  return with_embed_width(p, [&](auto width, auto index) {
     constexpr int kBytes = decltype(width)::value;
     using TIdx = typename decltype(index)::type;
     const int64_t chunks = p.row_bytes / kBytes;
