@@ -33,11 +33,12 @@
 // bench_embedding_lookup.py (V = 128256 rows, int64 indices uniform over V; "tp" = the shard
 // of rank 3 of 8, rows 48096..64127; bytes = out + rows read (expected) + 8 T).
 //
-// Variants. store: "old"; "prod" = launch_store_kv_cache (shape "v1 t128 nc" up to 64 KB of k
-// and v, "kv t256" above); "v1 t128 nc" = one 16-byte chunk of k or of v per thread, 128-thread
-// blocks, read-only loads; "kv t256" = the same chunk of k and of v per thread (one location
-// load for both), 256-thread blocks, plain loads; "kv t256 nc" = the same with read-only loads;
-// "kv2 t256" = 2 chunks of k and 2 of v per thread (old's loads per thread on the flat grid).
+// Variants. store: "old"; "prod" = launch_store_kv_cache (shape "kv t256"; before session 39
+// "v1 t128 nc" up to 64 KB of k and v); "v1 t128 nc" = one 16-byte chunk of k or of v per
+// thread, 128-thread blocks, read-only loads; "kv t256" = the same chunk of k and of v per
+// thread (one location load for both), 256-thread blocks, plain loads; "kv t256 nc" = the same
+// with read-only loads; "kv2 t256" = 2 chunks of k and 2 of v per thread (old's loads per
+// thread on the flat grid).
 // embed: "old"; "prod" = launch_embedding_lookup ("v1 t128 nc" up to 256 KB of output, "v2
 // t256" above); "v1 t128 nc" = one chunk per thread, 128-thread blocks, read-only weight loads;
 // "v1 t128" = the same with plain loads (torch.compile's Triton kernel has this shape); "v2

@@ -153,9 +153,13 @@ cudaError_t launch_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
 // k and v of one chunk per thread (one location load for both), 256-thread blocks, plain loads
 // ("kv t256") won or tied everywhere but the tiniest calls: H=32 D=128 n=1/16/128 0.94/1.02/
 // 1.50 (previous 1.24/1.30/1.65), n=32768 272.8 (279.5); H=8 n=128 1.05 (1.35). One chunk per
-// thread in 128-thread blocks with read-only loads was 0.91-0.95 at n=1 but 1.13 at n=16 and
-// 2.24 at n=128 H=32: it serves only calls of up to 64 KB of k and v.
-constexpr int64_t kSmallMaxBytes = int64_t{64} << 10;
+// thread in 128-thread blocks with read-only loads ("v1 t128 nc") was 0.91-0.95 at n=1 but 1.13
+// at n=16 and 2.24 at n=128 H=32, so it served calls of up to 64 KB of k and v until session 39.
+// Session 39, the same tune with --streams 64 (the bench process's state, session 34), two runs
+// alike: "v1 t128 nc" / "kv t256" at n=1 H=32 D=128 1.09 / 1.05, n=1 H=8 D=128 1.11 / 0.85,
+// n=1 H=1 D=576 1.08 / 0.82; so every call takes "kv t256" now. Resident blocks looping over the
+// items ("loop kv"): 0.77-0.80 at those n=1 calls and 1.45-1.49 at n=128 H=32, but 74.5 / 289 at
+// n=8192 / 32768 H=32 (kv t256 69.4 / 271): not taken.
 
 }  // namespace store_kv
 }  // namespace
@@ -168,9 +172,6 @@ cudaError_t launch_store_kv_cache(const StoreKvCacheParams& p, cudaStream_t stre
   return dispatch_row_copy(bytes, p.loc_int64, [&](auto width, auto index) {
     constexpr int kBytes = decltype(width)::value;
     using TLoc = typename decltype(index)::type;
-    if (2 * p.n * p.row_bytes <= store_kv::kSmallMaxBytes) {
-      return store_kv::launch_shape<kBytes, TLoc, 1, 1, 128, LoadPolicy::kStream>(p, stream);
-    }
     return store_kv::launch_shape<kBytes, TLoc, 2, 1, 256, LoadPolicy::kDefault>(p, stream);
   });
 }
