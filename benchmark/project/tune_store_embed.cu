@@ -39,11 +39,11 @@
 // thread (one location load for both), 256-thread blocks, plain loads; "kv t256 nc" = the same
 // with read-only loads; "kv2 t256" = 2 chunks of k and 2 of v per thread (old's loads per
 // thread on the flat grid).
-// embed: "old"; "prod" = launch_embedding_lookup ("v1 t128 nc" up to 256 KB of output, "v2
-// t256" above); "v1 t128 nc" = one chunk per thread, 128-thread blocks, read-only weight loads;
-// "v1 t128" = the same with plain loads (torch.compile's Triton kernel has this shape); "v2
-// t256" = 2 chunks of a row per thread, 256-thread blocks, plain loads; "v4 t256" = 4 chunks
-// per thread (old's loads per thread on the flat grid).
+// embed: "old"; "prod" = launch_embedding_lookup ("v1 t128 nc" up to 256 KB of output, "pc
+// v2 t128" above; "v2 t256" before session 39); "v1 t128 nc" = one chunk per thread, 128-thread
+// blocks, read-only weight loads; "v1 t128" = the same with plain loads (torch.compile's
+// Triton kernel has this shape); "v2 t256" = 2 chunks of a row per thread, 256-thread blocks,
+// plain loads; "v4 t256" = 4 chunks per thread (old's loads per thread on the flat grid).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -348,6 +348,16 @@ __global__ void __launch_bounds__(kThreads)
   SGL_PDL_LAUNCH_DEPENDENTS();
 }
 
+// Session 39: production's embedding_piece_kernel (the large calls since session 39) at other
+// piece shapes ("pc vV tT pN": V chunks a thread, T threads, pN as the kernels' kPdl).
+template <int kVpt, int kThreads, int kPdl>
+cudaError_t embed_piece(const EmbeddingLookupParams& p, cudaStream_t stream) {
+  return with_embed_width(p, [&](auto width, auto index) {
+    return embedding::launch_pieces<decltype(width)::value, typename decltype(index)::type, kVpt, kThreads, kPdl>(
+        p, stream);
+  });
+}
+
 static int sm_count() {
   static int n = 0;
   if (n == 0) {
@@ -459,6 +469,17 @@ static const Variant<EmbedFn> kEmbedVariants[] = {
     {"loop v2 t512 b2", &embed_loop<2, 512, 2>},
     {"loop v4 t256 b4", &embed_loop<4, 256, 4>},
     {"loop v1 t128 b16", &embed_loop<1, 128, 16>},
+    // Session 39: Triton's walk (embed_piece_kernel).
+    {"pc v2 t128", &embed_piece<2, 128, 3>},
+    {"pc v1 t128", &embed_piece<1, 128, 3>},
+    {"pc v1 t256", &embed_piece<1, 256, 3>},
+    {"pc v2 t256", &embed_piece<2, 256, 3>},
+    {"pc v4 t128", &embed_piece<4, 128, 3>},
+    {"pc v2 t128 p1", &embed_piece<2, 128, 1>},
+    {"pc v1 t128 p1", &embed_piece<1, 128, 1>},
+    {"pc v2 t128 p5", &embed_piece<2, 128, 5>},
+    {"pc v2 t128 p0", &embed_piece<2, 128, 0>},
+    {"pc v1 t128 p0", &embed_piece<1, 128, 0>},
 };
 constexpr int kNumStore = sizeof(kStoreVariants) / sizeof(kStoreVariants[0]);
 constexpr int kNumEmbed = sizeof(kEmbedVariants) / sizeof(kEmbedVariants[0]);

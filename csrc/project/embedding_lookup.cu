@@ -3,8 +3,9 @@
 // index falls outside the rows this weight holds (API.md 3.3).
 //
 // A byte copy of rows (the dtype only sets the row size) in chunks of kBytes (16 when every
-// pointer, row pitch and the row size allow it; row_copy.cuh). The grid is flat over chunk
-// columns: a thread writes kVpt chunks of one output row; it loads the row's index (indices may
+// pointer, row pitch and the row size allow it; row_copy.cuh). Calls of up to 256 KB: a grid
+// flat over chunk columns, a thread writing kVpt chunks of one output row; larger calls: a
+// block a piece of a row (embedding_piece_kernel). A thread loads the row's index (indices may
 // be strided: StridedLayout), then issues all its weight loads together, then stores.
 // An index outside [vocab_start, vocab_start + num_valid) reads nothing and writes zeros:
 // the vocab-parallel contract, and the documented answer to an out-of-range index of a
@@ -28,6 +29,7 @@ namespace embedding {  // (a name of its own: tune_store_embed.cu includes this 
 // Threads of one launch at most: thread indices stay 32-bit (FastDivmod); a larger call is cut
 // into launches of whole rows.
 constexpr int64_t kMaxLaunchThreads = int64_t{1} << 31;
+constexpr int64_t kMaxLaunchBlocks = (int64_t{1} << 31) - 1;  // a grid's x dimension
 
 // One kBytes chunk; LoadPolicy::kStream reads it with ld.global.nc.L1::no_allocate (the weight
 // is read-only here: API.md 1.2, inputs and outputs do not overlap).
@@ -51,6 +53,25 @@ __device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
   }
 }
 
+// Output row `row`'s source: its index (through idx_layout; ld.global.nc unless kIdxPlain)
+// checked against [vocab_start, vocab_start + num_valid), and the weight row it names (the
+// first row for an index outside it: never read then, the row is zeros).
+struct SourceRow {
+  const char* base;
+  bool valid;
+};
+template <typename TIdx, bool kIdxPlain = false>
+__device__ __forceinline__ SourceRow source_row(const EmbeddingLookupParams& p, int64_t row) {
+  const TIdx* __restrict__ indices = static_cast<const TIdx*>(p.indices);  // see idx_layout
+  const TIdx* idx_at = indices + strided_offset(p.idx_layout, row);
+  const int64_t index = static_cast<int64_t>(kIdxPlain ? *idx_at : __ldg(idx_at));
+  // index - vocab_start cannot overflow once index >= vocab_start >= 0.
+  const bool valid = index >= p.vocab_start && index - p.vocab_start < p.num_valid;
+  const int64_t src_offset = valid ? (index - p.vocab_start) * p.weight_stride : 0;
+  // [V, row_bytes] rows, pitch weight_stride
+  return {static_cast<const char*>(p.weight) + src_offset, valid};
+}
+
 // Thread i (of `total`) writes chunks c + u * cols (u < kVpt, those < chunks) of output row
 // row0 + g, (g, c) = divmod(i, cols); cols = ceil(chunks / kVpt) threads cover a row.
 // kPdl (tune only): bit 0 the PDL wait, bit 1 the early trigger, bit 2 a trigger after the
@@ -72,14 +93,9 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr ((kPdl & 1) != 0) SGL_PDL_WAIT();  // before any input is read
   if constexpr ((kPdl & 2) != 0) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
   if (i < total) {
-    const TIdx* __restrict__ indices = static_cast<const TIdx*>(p.indices);  // see idx_layout
-    const TIdx* idx_at = indices + strided_offset(p.idx_layout, row);
-    const int64_t index = static_cast<int64_t>(kIdxPlain ? *idx_at : __ldg(idx_at));
-    // index - vocab_start cannot overflow once index >= vocab_start >= 0.
-    const bool valid = index >= p.vocab_start && index - p.vocab_start < p.num_valid;
-    const int64_t src_offset = valid ? (index - p.vocab_start) * p.weight_stride : 0;
-    // [V, row_bytes] rows, pitch weight_stride
-    const C* __restrict__ src = reinterpret_cast<const C*>(static_cast<const char*>(p.weight) + src_offset);
+    const SourceRow s = source_row<TIdx, kIdxPlain>(p, row);
+    const bool valid = s.valid;
+    const C* __restrict__ src = reinterpret_cast<const C*>(s.base);
     C x[kVpt];
 #pragma unroll
     for (int u = 0; u < kVpt; ++u) {
@@ -116,6 +132,60 @@ cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+// The large calls' walk (session 39), the one torch.compile's Triton gather takes: block b
+// copies piece b % P of output row b / P, where a piece is kVpt * kThreads consecutive chunks
+// (thread t: chunks t + u * kThreads of it) and P = ceil(chunks / (kVpt * kThreads)); the
+// row's index is the same for the whole block. kPdl (tune only) as embedding_lookup_kernel's.
+template <int kBytes, typename TIdx, int kVpt, int kThreads, int kPdl = 3>
+__global__ void __launch_bounds__(kThreads)
+    embedding_piece_kernel(const EmbeddingLookupParams p, const FastDivmod pieces, const uint32_t chunks,
+                           const int64_t row0) {
+  using C = Chunk<kBytes>;
+  uint32_t g, piece;
+  pieces.divmod(blockIdx.x, g, piece);
+  const int64_t row = row0 + g;
+  // [num_indices, row_bytes]
+  C* __restrict__ dst = reinterpret_cast<C*>(static_cast<char*>(p.out) + row * p.row_bytes);
+  // c0 + (kVpt - 1) * kThreads < chunks + kVpt * kThreads <= 2^31 + 2^16: no wrap
+  const uint32_t c0 = piece * (kVpt * kThreads) + threadIdx.x;
+
+  if constexpr ((kPdl & 1) != 0) SGL_PDL_WAIT();  // before any input is read
+  if constexpr ((kPdl & 2) != 0) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  const SourceRow s = source_row<TIdx>(p, row);
+  const bool valid = s.valid;
+  const C* __restrict__ src = reinterpret_cast<const C*>(s.base);
+  C x[kVpt];
+#pragma unroll
+  for (int u = 0; u < kVpt; ++u) {
+    const uint32_t cc = c0 + u * kThreads;
+    x[u] = C{};
+    if (valid && cc < chunks) x[u] = load_chunk<kBytes, LoadPolicy::kDefault>(src + cc);
+  }
+#pragma unroll
+  for (int u = 0; u < kVpt; ++u) {
+    const uint32_t cc = c0 + u * kThreads;
+    if (cc < chunks) store_chunk<kBytes, StorePolicy::kDefault>(dst + cc, x[u]);
+  }
+  if constexpr ((kPdl & 4) != 0) SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+// Pieces of kVpt * kThreads chunks; several launches when the call needs more than 2^31 - 1
+// blocks.
+template <int kBytes, typename TIdx, int kVpt, int kThreads, int kPdl = 3>
+cudaError_t launch_pieces(const EmbeddingLookupParams& p, cudaStream_t stream) {
+  const int64_t chunks = p.row_bytes / kBytes;
+  if (chunks > kMaxLaunchThreads) return cudaErrorInvalidValue;  // as launch_shape
+  const int64_t pieces = ceil_div<int64_t>(chunks, int64_t{kVpt} * kThreads);
+  const int64_t rows_per_launch = kMaxLaunchBlocks / pieces;
+  for (int64_t row0 = 0; row0 < p.num_indices; row0 += rows_per_launch) {
+    const int64_t blocks = std::min(rows_per_launch, p.num_indices - row0) * pieces;
+    SGL_CUDA_TRY(launch_kernel(embedding_piece_kernel<kBytes, TIdx, kVpt, kThreads, kPdl>,
+                               dim3(static_cast<uint32_t>(blocks)), dim3(kThreads), 0, stream, p.enable_pdl, p,
+                               FastDivmod(static_cast<uint32_t>(pieces)), static_cast<uint32_t>(chunks), row0));
+  }
+  return cudaSuccess;
+}
+
 // NOTE (H200, PDL on; benchmark/project/tune_store_embed.cu, us against the previous kernel,
 // which gave each row a group of up to 256 threads with 4 chunks each): 2 chunks per thread,
 // 256-thread blocks, plain loads ("v2 t256") won from 1 MB of output up: bf16 D=4096 T=128/
@@ -129,6 +199,19 @@ cudaError_t launch_shape(const EmbeddingLookupParams& p, cudaStream_t stream) {
 // trigger in every block of a grid of short blocks costs, prod's shape does not notice it
 // (134.1-134.9 with it at the end or without). Triton's kernel of that shape reads 131.6 in
 // bench_embedding_lookup.py; the cause of that 1.7 % was not found.
+// NOTE (H200, session 39): most of it is the walk. Triton gathers in a Python probe (CUDA
+// graphs, bf16 T=32768 D=4096): pieces of 4 KB on 128 threads 132.3 us, 2 KB / 128 132.7,
+// 4 KB / 256 133.4, a whole 8 KB row on 256 threads (production's walk) 136.3; production
+// 135.4. The same tune with --streams 64, two runs alike, production's 2 chunks a thread on
+// 256 threads against embedding_piece_kernel with 4 KB pieces on 128 threads ("pc v2 t128"):
+// bf16 D=4096 T = 1024 / 8192 / 32768 5.97-5.98 / 35.06-35.07 / 134.56 against 5.96 / 34.40 /
+// 131.02-131.04; fp16 T=8192 D=8192 67.03-67.04 / 66.57; fp32 T=8192 D=2048 35.02-35.03 /
+// 34.24-34.25; the vocab-parallel shard T=8192 / 32768 21.28 / 79.92 against 21.20-21.21 /
+// 80.31-80.38. Without the early trigger (p1) or with it after the stores (p5): the same at
+// the large calls, 0.1-0.2 us slower at the small ones. Pieces of 2 KB on 128 threads (one
+// chunk a thread, Triton's own shape) still read 159.7 here (140.2 without the early
+// trigger) against Triton's 132.7: why one chunk a thread costs this kernel more was not found.
+// Calls above kSmallMaxBytes take it.
 constexpr int64_t kSmallMaxBytes = int64_t{256} << 10;
 
 }  // namespace embedding
@@ -144,7 +227,7 @@ cudaError_t launch_embedding_lookup(const EmbeddingLookupParams& p, cudaStream_t
     if (p.num_indices * p.row_bytes <= embedding::kSmallMaxBytes) {
       return embedding::launch_shape<kBytes, TIdx, 1, 128, LoadPolicy::kStream>(p, stream);
     }
-    return embedding::launch_shape<kBytes, TIdx, 2, 256, LoadPolicy::kDefault>(p, stream);
+    return embedding::launch_pieces<kBytes, TIdx, 2, 128>(p, stream);
   });
 }
 

@@ -160,6 +160,35 @@ def test_decode_sizes(rows, idx_dtype, gen):
     check(sgl_kernel.embedding_lookup(weight, indices), weight, indices)
 
 
+@pytest.mark.parametrize(
+    "rows, d, dtype, weight_layout, idx_layout, out_offset",
+    [
+        (300, 4104, BF16, "contiguous", "contiguous", 0),  # 513 chunks: 3 pieces, the last of 1 chunk
+        (200, 1000, torch.float32, "padded", "column", 0),  # 250 chunks: one partial piece
+        (400, 1027, torch.float16, "misaligned", "contiguous", 1),  # 2-byte chunks: 5 pieces
+        (3000, 64, BF16, "contiguous", "column", 0),  # 8 chunks a row: one piece a row
+        (24, 32768, torch.float32, "contiguous", "contiguous", 0),  # 8192 chunks: 32 pieces
+    ],
+)
+@pytest.mark.parametrize("vocab_range", [None, (300, 500)], ids=["plain", "shard"])
+def test_large_calls(rows, d, dtype, weight_layout, idx_layout, out_offset, vocab_range, gen):
+    """Calls above 256 KB (a block a piece of a row): whole, partial and single pieces, narrow
+    chunks, strided indices, an output off 16 bytes; out-of-range indices give zero rows (a
+    shard of rows 300..799 with indices over 0..999) and nothing is written outside ``out``."""
+    vocab = 1000
+    weight_rows = vocab if vocab_range is None else vocab_range[1]
+    weight = make_weight(weight_rows, d, dtype, gen, weight_layout)
+    hi = vocab if vocab_range is not None else weight_rows
+    indices = make_indices((rows,), vocab, torch.int64, gen, idx_layout, hi=hi)
+    assert rows * d * weight.element_size() > 256 * 1024
+    out, buf = guarded_out((rows, d), dtype, out_offset)
+    assert sgl_kernel.embedding_lookup(weight, indices, vocab_range=vocab_range, out=out) is out
+    check(out, weight, indices, vocab_range)
+    check_guards(buf, out)
+    if vocab_range is not None:
+        assert (out[(indices < 300) | (indices >= 800)] == 0).all()
+
+
 def test_prefill_size(gen):
     """8192 rows of 4096 bf16 (the benchmark's acceptance shape) from a 128k vocabulary."""
     vocab, d = 128256, 4096
