@@ -6,7 +6,8 @@
 // by a power-of-two group of up to 256 threads, row_copy.cuh's row_tiling), which are the
 // baseline rows.
 //
-//   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_se benchmark/project/tune_store_embed.cu
+//   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Iinclude -Icsrc -o /tmp/tune_se \
+//     benchmark/project/tune_store_embed.cu csrc/common/runtime.cc
 //   /tmp/tune_se    # estimated 20-40 s on an H200; exit status 1 on any mismatch
 //
 // Options: --op store|embed (default both), --no-pdl, --check-only, --streams N
@@ -57,6 +58,7 @@
 #include <vector>
 
 #include "project/embedding_lookup.cu"
+#include "sgl_kernel/runtime.h"
 #include "project/store_kv_cache.cu"
 #include "../tune_common.cuh"
 
@@ -358,14 +360,11 @@ cudaError_t embed_piece(const EmbeddingLookupParams& p, cudaStream_t stream) {
   });
 }
 
+// Multiprocessors of the current device (sgl_kernel/runtime.h, cached there).
 static int sm_count() {
-  static int n = 0;
-  if (n == 0) {
-    int dev = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  }
-  return n;
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  return device_sm_count(dev);
 }
 
 template <int kThreads, int kBlocksPerSm>
