@@ -41,6 +41,48 @@ __device__ __forceinline__ void store_chunk(Chunk<kBytes>* p, const Chunk<kBytes
   }
 }
 
+// store_chunk when `pred` holds, as one predicated st.global: no branch for ptxas to sink the
+// chunk's load below. With `if (pred) store_chunk(...)` it does: ptxas 13.0 moved store_kv_cache's
+// loads (volatile asm, used only by stores under the location check) below that check, so each
+// thread waited out its location's round trip before it asked for its data (sm_90a SASS,
+// session 40).
+template <int kBytes, StorePolicy kStore>
+__device__ __forceinline__ void store_chunk_if(bool pred, Chunk<kBytes>* p, const Chunk<kBytes>& v) {
+  static_assert(kStore == StorePolicy::kDefault || kStore == StorePolicy::kStream, "kDefault or kStream");
+  constexpr bool kCs = kStore == StorePolicy::kStream;
+  const uint32_t q = pred ? 1u : 0u;
+#define SGL_ST_IF(OP, ...) \
+  "{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q " OP " [%1], " __VA_ARGS__ ";\n}"
+  if constexpr (kBytes == 16) {
+    if constexpr (kCs) {
+      asm volatile(SGL_ST_IF("st.global.cs.v4.u32", "{%2, %3, %4, %5}")::"r"(q), "l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                   "r"(v.w)
+                   : "memory");
+    } else {
+      asm volatile(SGL_ST_IF("st.global.v4.u32", "{%2, %3, %4, %5}")::"r"(q), "l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                   "r"(v.w)
+                   : "memory");
+    }
+  } else if constexpr (kBytes == 8) {
+    if constexpr (kCs) {
+      asm volatile(SGL_ST_IF("st.global.cs.v2.u32", "{%2, %3}")::"r"(q), "l"(p), "r"(v.x), "r"(v.y) : "memory");
+    } else {
+      asm volatile(SGL_ST_IF("st.global.v2.u32", "{%2, %3}")::"r"(q), "l"(p), "r"(v.x), "r"(v.y) : "memory");
+    }
+  } else if constexpr (kBytes == 4) {
+    if constexpr (kCs) {
+      asm volatile(SGL_ST_IF("st.global.cs.u32", "%2")::"r"(q), "l"(p), "r"(v) : "memory");
+    } else {
+      asm volatile(SGL_ST_IF("st.global.u32", "%2")::"r"(q), "l"(p), "r"(v) : "memory");
+    }
+  } else if constexpr (kBytes == 2) {  // narrower chunks store plainly, as store_chunk
+    asm volatile(SGL_ST_IF("st.global.u16", "%2")::"r"(q), "l"(p), "h"(static_cast<uint16_t>(v)) : "memory");
+  } else {
+    asm volatile(SGL_ST_IF("st.global.u8", "%2")::"r"(q), "l"(p), "h"(static_cast<uint16_t>(v)) : "memory");
+  }
+#undef SGL_ST_IF
+}
+
 inline uint64_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 template <typename T>

@@ -29,9 +29,10 @@ constexpr int64_t kMaxLaunchThreads = int64_t{1} << 31;
 
 // One kBytes chunk, with ld.global (kDefault) or ld.global.nc.L1::no_allocate (kStream: k and
 // v are read once and never written by the kernel; API.md 1.2, inputs and outputs do not
-// overlap). Volatile asm, so the loads stay where the kernel issues them, ahead of the location
-// check: as plain C++ loads the compiler sinks them below it (they are only used there), and
-// each thread then waits for its location before it even asks for its data.
+// overlap). Volatile asm, and stored through store_chunk_if (row_copy.cuh), so that they stay
+// ahead of the location check: with the stores under a branch, ptxas sinks the loads below it
+// (they are only used there), and each thread then waits for its location before it even asks
+// for its data (every release before session 40 did so).
 template <int kBytes, LoadPolicy kLoad>
 __device__ __forceinline__ Chunk<kBytes> load_chunk(const Chunk<kBytes>* p) {
   static_assert(kLoad == LoadPolicy::kDefault || kLoad == LoadPolicy::kStream, "kDefault or kStream");
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
     const C* src[kTensors];  // [n, row_bytes] rows, pitch src_stride
     src[0] = reinterpret_cast<const C*>(static_cast<const char*>(is_v ? p.v : p.k) + src_offset);
     if constexpr (kTensors == 2) src[1] = reinterpret_cast<const C*>(static_cast<const char*>(p.v) + src_offset);
-    C x[kTensors][kVpt];
+    C x[kTensors][kVpt] = {};  // (chunks past the row: never stored)
 #pragma unroll
     for (int u = 0; u < kVpt; ++u) {
       const uint32_t cc = c + u * cols.divisor;
@@ -106,19 +107,18 @@ __global__ void __launch_bounds__(kThreads)
         for (int m = 0; m < kTensors; ++m) x[m][u] = load_chunk<kBytes, kLoad>(src[m] + cc);
       }
     }
-    if (slot >= 0 && slot < p.num_slots) {
-      const int64_t dst_offset = slot * p.cache_stride;
-      C* dst[kTensors];  // [num_slots, row_bytes] rows, pitch cache_stride
-      dst[0] = reinterpret_cast<C*>(static_cast<char*>(is_v ? p.v_cache : p.k_cache) + dst_offset);
-      if constexpr (kTensors == 2) dst[1] = reinterpret_cast<C*>(static_cast<char*>(p.v_cache) + dst_offset);
+    // Predicated stores, not a branch (store_chunk_if): the loads above stay ahead of this check.
+    const bool in_range = slot >= 0 && slot < p.num_slots;
+    const int64_t dst_offset = in_range ? slot * p.cache_stride : 0;
+    C* dst[kTensors];  // [num_slots, row_bytes] rows, pitch cache_stride
+    dst[0] = reinterpret_cast<C*>(static_cast<char*>(is_v ? p.v_cache : p.k_cache) + dst_offset);
+    if constexpr (kTensors == 2) dst[1] = reinterpret_cast<C*>(static_cast<char*>(p.v_cache) + dst_offset);
 #pragma unroll
-      for (int u = 0; u < kVpt; ++u) {
-        const uint32_t cc = c + u * cols.divisor;
-        if (u == 0 || cc < chunks) {
+    for (int u = 0; u < kVpt; ++u) {
+      const uint32_t cc = c + u * cols.divisor;
+      const bool live = in_range && (u == 0 || cc < chunks);
 #pragma unroll
-          for (int m = 0; m < kTensors; ++m) store_chunk<kBytes, kStore>(dst[m] + cc, x[m][u]);
-        }
-      }
+      for (int m = 0; m < kTensors; ++m) store_chunk_if<kBytes, kStore>(live, dst[m] + cc, x[m][u]);
     }
   }
   SGL_PDL_LAUNCH_DEPENDENTS();
@@ -160,6 +160,12 @@ cudaError_t launch_shape(const StoreKvCacheParams& p, cudaStream_t stream) {
 // n=1 H=1 D=576 1.08 / 0.82; so every call takes "kv t256" now. Resident blocks looping over the
 // items ("loop kv"): 0.77-0.80 at those n=1 calls and 1.45-1.49 at n=128 H=32, but 74.5 / 289 at
 // n=8192 / 32768 H=32 (kv t256 69.4 / 271): not taken.
+// Session 40: the loads ahead of the location check (store_chunk_if; until then ptxas sank them
+// below it). bench_store_kv_cache.py --no-compile, H200, before / after, A B A B on one machine,
+// us: H=32 D=128 n = 1 / 16 / 128 / 1024 0.93 / 1.01 / 1.51-1.56 / 9.36-9.41 -> 0.78 / 0.84-0.85 /
+// 1.34-1.36 / 8.91-8.93; n=1 H=8 0.84 -> 0.70-0.71, n=1 H=1 D=576 0.81-0.83 -> 0.67-0.68,
+// n=8192 H=8 17.96-18.02 -> 17.53-17.62, n=8192 D=576 10.72-10.77 -> 10.19-10.26; n=8192 and
+// 32768 H=32 within 0.3 %. The loop variants are now slower at every size (tune_store_embed.cu).
 
 }  // namespace store_kv
 }  // namespace
