@@ -10,14 +10,22 @@ source to show it. This test dumps the SASS of common_ops and checks, for every 
 with a wait, that no global load, store or atomic comes before the wait in the listing, apart
 from the kernels below that load before it by design. Runs without a GPU; needs cuobjdump (the CUDA
 toolkit's or the one triton ships), skipped without it.
+
+The second check (session 40): the kernels that scatter rows to locations they load
+(store_kv_cache, downcast_fp8) issue their data loads before the location check, so the two
+round trips overlap. ptxas had sunk store_kv_cache's loads below that check while the source
+said otherwise; tools/sass_load_audit.py finds such loads in the listing.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -67,15 +75,21 @@ def _kernels(sass: str):
         yield name, body
 
 
-def test_no_global_access_before_the_pdl_wait():
+@functools.lru_cache(maxsize=1)
+def _listing() -> str:
+    """cuobjdump -sass of common_ops (once per session)."""
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not found (CUDA toolkit or triton)")
-    lib = sgl_kernel.common_ops.__file__
-    out = subprocess.run([tool, "-sass", lib], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([tool, "-sass", sgl_kernel.common_ops.__file__], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_no_global_access_before_the_pdl_wait():
+    lib = sgl_kernel.common_ops.__file__
     with_wait, offenders = 0, []
-    for name, body in _kernels(out.stdout):
+    for name, body in _kernels(_listing()):
         waits = [i for i, ins in enumerate(body) if ins.startswith("ACQBULK")]
         if not waits or name.startswith(_CUTLASS):
             continue
@@ -86,3 +100,30 @@ def test_no_global_access_before_the_pdl_wait():
     # The library has hundreds of PDL kernels; finding none means the listing was not parsed.
     assert with_wait >= 100, f"only {with_wait} kernels with a wait found in {lib}"
     assert not offenders, "global memory access before the PDL wait:\n" + "\n".join(offenders[:20])
+
+
+def _load_audit():
+    path = Path(__file__).resolve().parents[1] / "tools" / "sass_load_audit.py"
+    spec = importlib.util.spec_from_file_location("sass_load_audit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The location-scatter kernels: data loads ahead of the location check.
+_SCATTER = re.compile(r"store_kv_cache_kernel|downcast_fp8_kernel")
+
+
+def test_scatter_loads_ahead_of_the_location_check():
+    audit = _load_audit().audit
+    checked, offenders = 0, []
+    for name, body in _kernels(_listing()):
+        if not _SCATTER.search(name):
+            continue
+        checked += 1
+        found = audit([ins + " ;" for ins in body], False)
+        if found:
+            offenders.append(f"{name}: after {found[0][0]}: {found[0][1]}")
+    # store_kv_cache: 5 chunk widths x 2 location types; downcast_fp8: 2 shapes x 2 dtypes.
+    assert checked >= 14, f"only {checked} scatter kernels found"
+    assert not offenders, "data loads behind the location check:\n" + "\n".join(offenders[:10])
