@@ -127,3 +127,47 @@ def test_scatter_loads_ahead_of_the_location_check():
     # store_kv_cache: 5 chunk widths x 2 location types; downcast_fp8: 2 shapes x 2 dtypes.
     assert checked >= 14, f"only {checked} scatter kernels found"
     assert not offenders, "data loads behind the location check:\n" + "\n".join(offenders[:10])
+
+
+# Trimmed sm_90a listings of store_kv_cache_kernel (16-byte chunks, int64 locations): session 39's,
+# whose k/v loads ptxas had sunk below the location check, and session 40's predicated stores.
+_SUNK = """
+        /*0250*/                   LDG.E.64.CONSTANT R2, desc[UR10][R2.64] ;
+        /*0260*/                   IMAD.WIDE.U32 R6, R11, UR4, R6 ;
+        /*0320*/                   ISETP.GE.U32.AND P0, PT, R2, UR6, PT ;
+        /*0330*/                   ISETP.GE.AND.EX P0, PT, R3, UR7, PT, P0 ;
+        /*0340*/                   ISETP.LT.OR P0, PT, R3, RZ, P0 ;
+        /*0350*/               @P0 BRA 0x420 ;
+        /*0360*/                   IMAD.WIDE.U32 R4, R0, 0x10, R6 ;
+        /*0390*/                   LDG.E.128 R4, desc[UR4][R4.64] ;
+        /*03d0*/                   STG.E.128 desc[UR6][R2.64], R4 ;
+        /*0400*/                   EXIT ;
+"""
+_AHEAD = """
+        /*0250*/                   LDG.E.64.CONSTANT R2, desc[UR4][R2.64] ;
+        /*0260*/                   IMAD.WIDE.U32 R4, R0, 0x10, R6 ;
+        /*0270*/                   LDG.E.128 R4, desc[UR4][R4.64] ;
+        /*0280*/                   ISETP.GE.U32.AND P0, PT, R2, UR6, PT ;
+        /*0290*/                   ISETP.GE.AND.EX P0, PT, R3, UR7, PT, P0 ;
+        /*02a0*/                   ISETP.LT.OR P0, PT, R3, RZ, P0 ;
+        /*02b0*/               @P0 STG.E.128 desc[UR4][R2.64], R4 ;
+        /*02c0*/                   EXIT ;
+"""
+# A load whose address comes from the location (a gather) is not a sunk load.
+_GATHER = """
+        /*0250*/                   LDG.E.64.CONSTANT R2, desc[UR4][R2.64] ;
+        /*0260*/                   ISETP.GE.U32.AND P0, PT, R2, UR6, PT ;
+        /*0270*/               @P0 EXIT ;
+        /*0280*/                   LEA R4, P1, R2, UR8, 0x4 ;
+        /*0290*/                   LDG.E.128 R8, desc[UR4][R4.64] ;
+        /*02a0*/                   STG.E.128 desc[UR6][R6.64], R8 ;
+"""
+
+
+def test_load_audit_on_known_listings():
+    """The audit (no module or GPU needed) flags the sunk load and nothing in the other two."""
+    audit = _load_audit().audit
+    found = audit(_SUNK.splitlines(), False)
+    assert found == [("@P0 BRA 0x420", "LDG.E.128 R4, desc[UR4][R4.64]")]
+    assert audit(_AHEAD.splitlines(), True) == []
+    assert audit(_GATHER.splitlines(), True) == []
