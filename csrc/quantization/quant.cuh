@@ -214,10 +214,56 @@ __device__ __forceinline__ Vec<uint8_t, N> to_codes_impl(const float (&y)[N], fl
   return q;
 }
 
+// The codes of N values (N a multiple of 4) as N / 4 32-bit words, byte e % 4 of word e / 4
+// the code of y[e]: to_codes's bytes, built as words for 32-bit and wider stores (e4m3: two pair
+// conversions a word; int8: one byte permutation a pair). A Vec<uint8_t, N> is taken apart
+// byte by byte and put back together by ptxas, 4-5 instructions a word (session 40).
+// NOTE (session 40, H200, bench_per_token_quant.py --no-compile, store_share_codes and the
+// per-token vector kernel on words, us before / after, the after run twice): per_token_fp8
+// H=4096 T = 1 / 16 / 128 / 1024 / 4096 1.28 / 1.34 / 1.54 / 3.84 / 14.36 -> 1.21-1.22 / 1.27 /
+// 1.46-1.47 / 3.19-3.21 / 13.76, H=7168 T=128 1.83 -> 1.75; per_token_int8 T=128 1.77 -> 1.73;
+// per_tensor_dyn_op T = 1 / 128 1.11 / 2.28 -> 1.03 / 2.21; T=32768 rows within 0.6 %. The
+// norm + quant ops' vector and warp-a-row kernels keep the bytes (tune_norm_quant.cu: H=2048
+// T=8192 16.0 -> 15.5 but T=32768 52.8 -> 55.1 with words; H=4096 and 7168 alike).
+template <QuantCode kCode, bool kClamp, int N>
+__device__ __forceinline__ Vec<uint32_t, N / 4> code_words_impl(const float (&y)[N], float inv, float lo, float hi) {
+  static_assert(N % 4 == 0, "whole words");
+  Vec<uint32_t, N / 4> w;
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[e] = y[4 * j + e] * inv;
+      if constexpr (kClamp) v[e] = clamp_keep_nan(v[e], lo, hi);
+    }
+    if constexpr (kCode == QuantCode::kFp8) {
+      const uint32_t a = __nv_cvt_float2_to_fp8x2(make_float2(v[0], v[1]), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t b = __nv_cvt_float2_to_fp8x2(make_float2(v[2], v[3]), __NV_SATFINITE, __NV_E4M3);
+      w[j] = a | b << 16;
+    } else {
+      int i[4];  // as to_code: NaN converts to 0, then the int8 range
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        i[e] = min(max(kCode == QuantCode::kInt8Trunc ? __float2int_rz(v[e]) : __float2int_rn(v[e]), -128), 127);
+      }
+      // Low bytes: (i0, i1) and (i2, i3) side by side, then the two pairs.
+      w[j] = __byte_perm(__byte_perm(i[0], i[1], 0x0040), __byte_perm(i[2], i[3], 0x0040), 0x5410);
+    }
+  }
+  return w;
+}
+
+template <QuantCode kCode, int N>
+__device__ __forceinline__ Vec<uint32_t, N / 4> code_words(const float (&y)[N], float inv, float lo, float hi,
+                                                           bool clamp = true) {
+  return clamp ? code_words_impl<kCode, true>(y, inv, lo, hi) : code_words_impl<kCode, false>(y, inv, lo, hi);
+}
+
 // The e4m3 codes of four values (y * inv, no clamp: to_codes<kFp8> with clamp false) as one
-// 32-bit word, byte e the code of y[e], for a 32-bit store. Built from the two pair conversions
-// directly: a Vec<uint8_t, 4> is taken apart byte by byte and put back together, which cost
-// the decode kernels 4-5 instructions a word in the sm_90a SASS (session 40).
+// 32-bit word, byte e the code of y[e], for a 32-bit store (norm_quant.cu's decode step). Its
+// own body, not code_words_impl's: written through that, ptxas schedules norm_quant.cu's
+// many-row kernels differently (same counts), and this form is the one measured.
 __device__ __forceinline__ uint32_t e4m3_word(const float (&y)[4], float inv) {
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(y[0] * inv, y[1] * inv), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(y[2] * inv, y[3] * inv), __NV_SATFINITE, __NV_E4M3);
@@ -276,7 +322,15 @@ __device__ __forceinline__ void store_share_codes(const Vec<T, kVec> (&x)[kVpt],
 #pragma unroll
   for (int u = 0; u < kVpt; ++u) {
     const int64_t i = first + u * stride;
-    if (i < count) *reinterpret_cast<Vec<uint8_t, kVec>*>(dst + i * kVec) = vec_codes<kCode>(x[u], inv, lo, hi, clamp);
+    if (i >= count) continue;
+    if constexpr (kVec % 4 == 0) {
+      float y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) y[e] = to_float(x[u][e]);
+      *reinterpret_cast<Vec<uint32_t, kVec / 4>*>(dst + i * kVec) = code_words<kCode>(y, inv, lo, hi, clamp);
+    } else {
+      *reinterpret_cast<Vec<uint8_t, kVec>*>(dst + i * kVec) = vec_codes<kCode>(x[u], inv, lo, hi, clamp);
+    }
   }
 }
 

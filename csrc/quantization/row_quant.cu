@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(kThreadsPerRow * rows_per_block<kThreadsPerRow
         float y[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) y[e] = to_float(x[k][e]);
-        *reinterpret_cast<Vec<uint8_t, kVec>*>(out_q + v * kVec) = to_codes<kCode>(y, inv, p.qmin, p.qmax, needs_clamp<kCode>(p.qmin, p.qmax));
+        *reinterpret_cast<Vec<uint32_t, kVec / 4>*>(out_q + v * kVec) =
+            code_words<kCode>(y, inv, p.qmin, p.qmax, needs_clamp<kCode>(p.qmin, p.qmax));
       }
     }
   }
