@@ -313,6 +313,16 @@ __device__ __forceinline__ Vec<uint8_t, kVec> vec_codes(const Vec<T, kVec>& x, f
   return to_codes<kCode>(y, inv, lo, hi, clamp);
 }
 
+// vec_codes as 32-bit words (code_words; kVec a multiple of 4).
+template <QuantCode kCode, typename T, int kVec>
+__device__ __forceinline__ Vec<uint32_t, kVec / 4> vec_code_words(const Vec<T, kVec>& x, float inv, float lo, float hi,
+                                                                  bool clamp) {
+  float y[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) y[e] = to_float(x[e]);
+  return code_words<kCode>(y, inv, lo, hi, clamp);
+}
+
 // The share's codes (x * inv) into dst (one byte an element, vector i at dst + i * kVec; the
 // vectors are 16-byte ones, or narrower where a caller loads them so).
 template <QuantCode kCode, typename T, int kVec, int kVpt>
@@ -324,10 +334,7 @@ __device__ __forceinline__ void store_share_codes(const Vec<T, kVec> (&x)[kVpt],
     const int64_t i = first + u * stride;
     if (i >= count) continue;
     if constexpr (kVec % 4 == 0) {
-      float y[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) y[e] = to_float(x[u][e]);
-      *reinterpret_cast<Vec<uint32_t, kVec / 4>*>(dst + i * kVec) = code_words<kCode>(y, inv, lo, hi, clamp);
+      *reinterpret_cast<Vec<uint32_t, kVec / 4>*>(dst + i * kVec) = vec_code_words<kCode>(x[u], inv, lo, hi, clamp);
     } else {
       *reinterpret_cast<Vec<uint8_t, kVec>*>(dst + i * kVec) = vec_codes<kCode>(x[u], inv, lo, hi, clamp);
     }
