@@ -174,6 +174,11 @@ static const Variant kMlaKVariants[] = {
     {"g8 r1 t128 keep cs", &launch_mla_k_tile<8, 1, 128, LP::kKeepL2, SP::kStream>, 16, 8},
     {"g8 r1 t128 pf", &launch_mla_k_tile<8, 1, 128, LP::kPrefetch>, 16, 8},
     {"flat keep cs", &launch_flat_policy<LP::kKeepL2, SP::kStream>, 0, 0},
+    // Session 41: fewer, larger blocks at the decode shapes (T=128: 1024 blocks of 128 threads).
+    {"g8 r1 t256 nc", &launch_mla_k_tile<8, 1, 256, LP::kStream>, 16, 8},
+    {"g8 r1 t512 nc", &launch_mla_k_tile<8, 1, 512, LP::kStream>, 16, 8},
+    {"g8 r1 t1024 nc", &launch_mla_k_tile<8, 1, 1024, LP::kStream>, 16, 8},
+    {"g8 r1 t128 nc cs", &launch_mla_k_tile<8, 1, 128, LP::kStream, SP::kStream>, 16, 8},
 };
 static const Variant kAbsorbQVariants[] = {
     {"old", &old_concat::launch_concat_rows, 0, 0},
@@ -191,6 +196,10 @@ static const Variant kAbsorbQVariants[] = {
     {"g24 r1 t192 keep cs", &launch_absorb_q_tile<24, 1, 192, LP::kKeepL2, SP::kStream>, 64, 8},
     {"g24 r1 t192 pf", &launch_absorb_q_tile<24, 1, 192, LP::kPrefetch>, 64, 8},
     {"flat keep cs", &launch_flat_policy<LP::kKeepL2, SP::kStream>, 0, 0},
+    {"g24 r1 t96 nc", &launch_absorb_q_tile<24, 1, 96, LP::kStream>, 64, 8},
+    {"g24 r1 t384 nc", &launch_absorb_q_tile<24, 1, 384, LP::kStream>, 64, 8},
+    {"g24 r1 t768 nc", &launch_absorb_q_tile<24, 1, 768, LP::kStream>, 64, 8},
+    {"g24 r1 t192 nc cs", &launch_absorb_q_tile<24, 1, 192, LP::kStream, SP::kStream>, 64, 8},
 };
 constexpr int kNumVariants = sizeof(kMlaKVariants) / sizeof(kMlaKVariants[0]);
 static_assert(kNumVariants == sizeof(kAbsorbQVariants) / sizeof(kAbsorbQVariants[0]), "one table width");

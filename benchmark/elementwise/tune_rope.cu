@@ -30,6 +30,8 @@
 // "noload" = constants instead of the cos/sin / head loads; "lean ..." = production's
 // in-place path copied with switches (lean_kernel) and "pk" = production's kernel launched
 // through the var path, which found what separated production from var_kernel (see rope.cu).
+// Session 41: "tb wN" = production's kernel and layout on blocks of N warps (rope_kernel's
+// kThreads), "rep N" = production captured again (whether one graph reads alike every time).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -339,6 +341,20 @@ cudaError_t launch_var(const P& p, int force_steps, cudaStream_t s) {
                        p.enable_pdl, p, l);
 }
 
+// Session 41: production's in-place kernel (plan_rope's layout and instance) on blocks of kW
+// warps instead of kBlock / 32 ("tb wN"); at 10 warps a block a 40-head token at one head a
+// lane is one block, so T=128 runs 128 blocks of 10 warps instead of 320 of 4.
+template <bool kInterleave, bool kPin, int kW>
+cudaError_t launch_tb(const P& p, cudaStream_t s) {
+  RopePlan plan;
+  const cudaError_t e = plan_rope(p, plan);
+  if (e != cudaSuccess || plan.grid == 0) return e;
+  if (plan.general || plan.kv || plan.keep) return cudaErrorInvalidConfiguration;  // the lean in-place path only
+  const auto blocks = static_cast<uint32_t>(ceil_div<int64_t>(p.nnz * plan.l.chunks, kW));
+  return launch_kernel(rope_kernel<T, kInterleave, int64_t, false, false, false, kPin, kW * kWarpSize>, dim3(blocks),
+                       dim3(kW * kWarpSize), 0, s, p.enable_pdl, p, plan.l);
+}
+
 struct Variant {
   std::string name;
   bool gptj;
@@ -387,6 +403,14 @@ int main(int argc, char** argv) {
     for (int pdl = 0; pdl < 2; ++pdl) {
       vars.push_back({st + (pdl ? "prod pdl" : "prod"), bool(gptj), bool(pdl),
                       [](const P& p, cudaStream_t s) { return launch_rope<T>(p, s); }});
+    }
+    // Session 41: production again, captured anew each time ("rep N" / "rep N pdl"): whether one
+    // kernel and grid times alike from one captured graph to the next.
+    for (int rep = 1; rep <= 4; ++rep) {
+      for (int pdl = 0; pdl < 2; ++pdl) {
+        vars.push_back({st + "rep " + std::to_string(rep) + (pdl ? " pdl" : ""), bool(gptj), bool(pdl),
+                        [](const P& p, cudaStream_t s) { return launch_rope<T>(p, s); }});
+      }
     }
     for (int st_ : {1, 2, 3, 4, 5, 8, 10}) {
       vars.push_back({st + "prod s" + std::to_string(st_), bool(gptj), false, [st_](const P& p, cudaStream_t s) {
@@ -471,6 +495,22 @@ int main(int argc, char** argv) {
       LEAN("lean early lb", kEarlyHeads | kLbVar);
 #undef LEAN
     }
+#define TB(W)                                                                                          \
+  vars.push_back({st + "tb w" #W, bool(gptj), false, [gptj](const P& p, cudaStream_t s) {             \
+                    return gptj ? launch_tb<true, false, W>(p, s) : launch_tb<false, false, W>(p, s); \
+                  }});                                                                                 \
+  vars.push_back({st + "tb w" #W " pdl", bool(gptj), true, [gptj](const P& p, cudaStream_t s) {       \
+                    return gptj ? launch_tb<true, true, W>(p, s) : launch_tb<false, true, W>(p, s);   \
+                  }})
+    TB(1);
+    TB(2);
+    TB(3);
+    TB(4);
+    TB(5);
+    TB(8);
+    TB(10);
+    TB(20);
+#undef TB
     // Production's kernel launched as the var kernels are (their layout, one launch helper):
     // tells the kernel's cost from the launcher's.
     for (int pdl = 0; pdl < 2; ++pdl) {

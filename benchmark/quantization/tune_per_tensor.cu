@@ -6,7 +6,8 @@
 // included below: C blocks of T threads, V 16-byte vectors a thread), "twoB" (two with the
 // maximum kernel on B blocks), "gBtTvV" (a cooperative-grid variant, below), and "zero+prod" (a
 // memset of the scale, then prod: what a caller that zero-initialises output_s runs; "fill+prod"
-// and "fill+two" zero it with a kernel launched without PDL, as torch.zeros does). Every
+// and "fill+two" zero it with a kernel launched without PDL, as torch.zeros does), "cbN" (two with
+// the code kernel on blocks of N threads, session 41). Every
 // row's codes and scale are compared bit for bit with "two" from a zeroed scale ('X' marks a
 // failed check); the timed calls fold the same maximum again (the result does not change).
 //
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../../csrc/quantization/per_tensor_quant.cu"
@@ -153,6 +155,23 @@ std::vector<Variant> variants(int64_t numel) {
       if (v2 == 4) add_shape<4, false>(v, num_vec, cs, threads);
       if (v2 == 8) add_shape<8, false>(v, num_vec, cs, threads);
     }
+  }
+  // Session 41: the two-kernel path with the code kernel's one vector a thread on blocks of N
+  // threads ("cbN"; production: 256), the maximum kernel as production's.
+  if (num_vec > kSmallThreads * kSmallVpt && num_vec <= kOneVecCodes) {
+    auto add_cb = [&](auto block) {
+      constexpr int kB = decltype(block)::value;
+      v.push_back({"cb" + std::to_string(kB), [=](const P& p, cudaStream_t s) {
+                     const cudaError_t e = launch_amax(p, num_vec, s);
+                     return e != cudaSuccess ? e
+                                             : launch_code_kernel<T, kVec16<T>, 1, LoadPolicy::kStream, false, kB>(
+                                                   p, num_vec, s);
+                   }});
+    };
+    add_cb(std::integral_constant<int, 128>{});
+    add_cb(std::integral_constant<int, 256>{});
+    add_cb(std::integral_constant<int, 512>{});
+    add_cb(std::integral_constant<int, 1024>{});
   }
   // The two-kernel path with the maximum kernel on B blocks ("twoB").
   for (int blocks : {32, 64, 128, 256, 512}) {

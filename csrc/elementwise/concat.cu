@@ -259,6 +259,15 @@ bool tile_fits(const ConcatRowsParams& p, int64_t a_vecs, int64_t b_vecs) {
 // 73.5-74.6 at T0 = 1024; evict_first stores added to the flat kernel's loads: 72.25-72.29 /
 // 283.8-284.3, no different). The decode shapes keep their read-only loads (the 128-thread tile
 // with evict_last loads read 2.20-2.26 us at T = 128 against 2.17-2.18).
+// Session 41 (H200, tune_concat_mla.cu --streams 64, two calls of two runs, us at T0 = 1 / 16):
+// concat_mla_absorb_q's tile with plain loads and evict_first stores ("g24 r1 t192 cs") 0.80-0.81
+// / 1.33 against the read-only loads' 0.82-0.84 / 1.38-1.40; read-only loads with evict_first
+// stores 0.83-0.84 / 1.34. Not shipped: a decode call's output is the query the attention
+// kernel reads next, and evict_first makes it the first to leave L2, a cost that a bench of the
+// op alone cannot see (the many-row shapes' evict_first stores write outputs too large for L2).
+// concat_mla_k's tile gained nothing from evict_first stores (T = 1 / 16 / 128 0.75-0.76 / 0.89
+// / 2.20-2.21 against 0.74-0.75 / 0.89-0.90 / 2.16-2.20), nor from larger blocks (T=128: 256 /
+// 512 / 1024 threads 2.20 / 2.95 / 2.35 against 128's 2.16-2.20).
 constexpr int64_t kDecodeMaxVectors = int64_t{1} << 20;
 
 }  // namespace

@@ -43,6 +43,14 @@ constexpr int kWarpSize = 32;
 // 1.87 / 2.35 / 7.78 / 24.07 / 85.31 / 165.8, 256 threads 1.95 / 2.06 / 2.54 / 7.92 / 24.73 /
 // 87.16 / 168.6 (before the lean in-place path; GPT-J alike). Fewer warps a block spread a
 // decode call over more SMs; no shape was faster with 256.
+// Session 41 (H200, tune_rope.cu --streams 64 "tb wN": rope_kernel's kThreads = 32 N with
+// plan_rope's layout, two runs a call, two calls; us): without PDL no other block was faster at
+// T = 128 / 160 / 192 / 256 (NeoX 4 warps 2.13-2.18 / 2.24-2.26 / 2.32-2.35 / 2.55-2.62; 5 warps
+// 2.11-2.13 / 2.33-2.34 / 2.35-2.38 / 2.54-2.56; 10 warps, one 40-head token a block, 2.18-2.20
+// / 2.32-2.35 / 2.47-2.48 / 2.57-2.58; 1, 8 and 20 warps slower). With PDL the block size moves
+// the time by up to 0.5 us with no order to it (2 warps T = 128 / 160 / 256 1.86 / 1.64 / 1.94
+// against 4 warps' 1.63-1.79 / 2.15-2.30 / 2.43-2.46), and one graph of this kernel reads alike
+// within a process but 0.05-0.15 us apart between processes at T = 128-160: not taken.
 constexpr int kBlock = 128;
 constexpr int kUnitElems = 16;  // two 16-byte vectors of fp16/bf16
 // Heads a lane loads before it computes: 2 * kBatch 16-byte loads in flight per lane (ptxas
@@ -167,6 +175,7 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
   }
 }
 
+// kThreads: the block (kBlock in every production launch; other sizes: tune_rope.cu's "tb").
 // q/q_rope and k/k_rope may be the same memory: no __restrict__ on them. Every element is
 // read and then written by the same thread, so in place is safe.
 //
@@ -208,8 +217,9 @@ __device__ __forceinline__ void load_cos_sin(const float* row, int rot_half, int
 // against 1.25 / 1.31 / 1.74; without PDL (the wrapper's default without the KV write) slower:
 // rope 1.53 / 1.82-1.83 / 2.45 against 1.52 / 1.80-1.81 / 2.25-2.26, rope_gptj 2.37-2.43 against
 // 2.20-2.21 at T=128. From 4096 tokens within 0.5 % either way.
-template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep, bool kKv = false, bool kPin = false>
-__global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
+template <typename T, bool kInterleave, typename TPos, bool kGeneral, bool kKeep, bool kKv = false, bool kPin = false,
+          int kThreads = kBlock>
+__global__ void __launch_bounds__(kThreads, 1) rope_kernel(const RopeParams<T> p, const RopeLayout l) {
   static_assert(!(kGeneral && kKv), "kKv is a variant of the in-place path");
   static_assert(!(kGeneral && kPin), "kPin: the in-place path only");
   constexpr LoadPolicy kLoad = kKeep ? LoadPolicy::kKeepL2 : LoadPolicy::kDefault;
@@ -217,7 +227,7 @@ __global__ void __launch_bounds__(kBlock, 1) rope_kernel(const RopeParams<T> p, 
   if constexpr (!kPin) SGL_PDL_WAIT();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   // 32-bit: the launcher keeps nnz * chunks below 2^32.
-  const uint32_t warp = blockIdx.x * (kBlock / kWarpSize) + threadIdx.x / kWarpSize;
+  const uint32_t warp = blockIdx.x * (kThreads / kWarpSize) + threadIdx.x / kWarpSize;
   uint32_t token32, chunk32, slot32, u32;
   l.by_chunks.divmod(warp, token32, chunk32);
   l.by_units.divmod(static_cast<uint32_t>(lane), slot32, u32);

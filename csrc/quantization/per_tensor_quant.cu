@@ -114,20 +114,24 @@ __device__ __forceinline__ void store_pieces(uint8_t* dst, const Vec<uint8_t, N>
 // 1 / 16 / 128, bf16 H=4096): static 0.90 / 1.02 / 1.41 with the trigger and the scale load
 // right after the wait, 0.86 / 0.96 / 1.15 so; dynamic (per_tensor_dyn_op, with this
 // session's block counts) T=128 2.93 -> 2.42.
+// kBlock: the block (kThreads in every production launch). NOTE (H200, session 41,
+// tune_per_tensor.cu --streams 64 "cbN", dynamic, one vector a thread, two runs, us at T = 64 /
+// 128 / 256 / 512, bf16 H=4096): 256 threads 2.05 / 2.20 / 2.64 / 3.45, 128 2.03 / 2.22 / 3.08 /
+// 4.71, 512 2.00 / 2.20 / 2.66 / 3.34, 1024 2.13 / 2.23 / 2.90 / 3.89: kept.
 // kPeel (16-byte vectors of a misaligned tensor): as the maximum kernel's kPeel, the vectors'
 // codes stored in the widest pieces the output allows (it need not share the input's
 // alignment), the peeled and the last elements by the first block.
 template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream, bool kPreload = false,
-          bool kPeel = false>
-__global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
+          bool kPeel = false, int kBlock = kThreads>
+__global__ void __launch_bounds__(kBlock) tensor_code_kernel(const TensorQuantParams<T> p, const int64_t num_vec) {
   using V = Vec<T, kElems>;
   if constexpr (!kPreload) SGL_PDL_WAIT();
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * (kBlock * kUnroll) + threadIdx.x;
   const int head = kPeel ? peel_elems(p.input) : 0;
   V x[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int64_t i = base + u * kThreads;
+    const int64_t i = base + u * kBlock;
     if (i < num_vec) x[u] = load_vec<V, kLoad>(p.input + head + i * kElems);
   }
   if constexpr (kPreload) SGL_PDL_WAIT();
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
     const int align = static_cast<int>(reinterpret_cast<uintptr_t>(out) & (kElems - 1));
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + u * kThreads;
+      const int64_t i = base + u * kBlock;
       if (i < num_vec) {
         const Vec<uint8_t, kElems> q = vec_codes<QuantCode::kFp8>(x[u], inv, -kFp8Max, kFp8Max, false);
         uint8_t* dst = out + i * kElems;
@@ -156,29 +160,30 @@ __global__ void __launch_bounds__(kThreads) tensor_code_kernel(const TensorQuant
       }
     }
   } else {
-    store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kThreads, num_vec, inv, -kFp8Max, kFp8Max, false);
+    store_share_codes<QuantCode::kFp8>(x, p.output_q, base, kBlock, num_vec, inv, -kFp8Max, kFp8Max, false);
   }
   if (blockIdx.x == 0) {
     if (kPeel && threadIdx.x < head) {
       p.output_q[threadIdx.x] = to_code<QuantCode::kFp8>(to_float(p.input[threadIdx.x]) * inv, -kFp8Max, kFp8Max);
     }
-    for (int64_t j = head + num_vec * kElems + threadIdx.x; j < p.numel; j += kThreads) {
+    for (int64_t j = head + num_vec * kElems + threadIdx.x; j < p.numel; j += kBlock) {
       p.output_q[j] = to_code<QuantCode::kFp8>(to_float(p.input[j]) * inv, -kFp8Max, kFp8Max);
     }
   }
 }
 
-template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream, bool kPeel = false>
+template <typename T, int kElems, int kUnroll, LoadPolicy kLoad = LoadPolicy::kStream, bool kPeel = false,
+          int kBlock = kThreads>
 cudaError_t launch_code_kernel(const TensorQuantParams<T>& p, int64_t num_vec, cudaStream_t stream) {
-  const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kThreads * kUnroll));
+  const int64_t blocks = std::max<int64_t>(1, ceil_div<int64_t>(num_vec, kBlock * kUnroll));
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<uint32_t>(blocks));
   if (p.dynamic) {
-    return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, true, kPeel>, grid, dim3(kThreads), 0, stream,
-                         p.enable_pdl, p, num_vec);
+    return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, true, kPeel, kBlock>, grid, dim3(kBlock), 0,
+                         stream, p.enable_pdl, p, num_vec);
   }
-  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, false, kPeel>, grid, dim3(kThreads), 0, stream,
-                       p.enable_pdl, p, num_vec);
+  return launch_kernel(tensor_code_kernel<T, kElems, kUnroll, kLoad, false, kPeel, kBlock>, grid, dim3(kBlock), 0,
+                       stream, p.enable_pdl, p, num_vec);
 }
 
 constexpr int kSmallThreads = 1024;
