@@ -36,8 +36,9 @@ ALLOWED = {
     # per_tensor_quant.cu, kPreload: the code kernel of the dynamic two-kernel path loads its
     # input before the wait; the maximum kernel before it does not write the input, and this
     # grid launches only after every block of that kernel has passed its own wait.
-    # (Template arguments <..., LoadPolicy, kPreload, kPeel>: kPreload true, either kPeel.)
-    r"tensor_code_kernel.*LoadPolicyE[0-9]+ELb1ELb[01]EEEv": "kPreload",
+    # (Template arguments <..., LoadPolicy, kPreload, kPeel, kBlock>: kPreload true, either
+    # kPeel, any block; the names before session 41 had no kBlock.)
+    r"tensor_code_kernel.*LoadPolicyE[0-9]+ELb1ELb[01]E(?:Li[0-9]+E)?EEv": "kPreload",
 }
 
 # CUTLASS's kernels (the GEMMs) branch by warp role before their wait, so the listing's order
