@@ -864,6 +864,16 @@ const std::vector<Variant>& variants() {
       GEN("g v8 pre cs reg128", "as v8 pre reg128, evict-first loads and stores", .vpt = 8, .max_regs = 128,
           .load = LP::kEvictFirst, .store = SP::kStream),
       GEN("g v4 pre reg96", "four warps per row (block = one row at H=4096)", .vpt = 4, .max_regs = 96),
+      // Session 41: the residual stored after the row's barrier (with the output) instead of
+      // right after its sum is formed: does a barrier wait out the stores issued before it?
+      GEN("g v4 pre reg96 lres", "as g v4 pre reg96, the fused residual stored after the barrier", .vpt = 4,
+          .max_regs = 96, .early_res = false),
+      GEN("g v4 pre reg96 epdl", "as g v4 pre reg96, PDL trigger right after the wait", .vpt = 4, .max_regs = 96,
+          .early_pdl = true),
+      GEN("g v4 pre reg96 epdl lres", "as g v4 pre reg96 epdl, the residual stored after the barrier", .vpt = 4,
+          .max_regs = 96, .early_pdl = true, .early_res = false),
+      GEN("g v8 pre reg128 lres", "as g v8 pre reg128, the residual stored after the barrier", .vpt = 8,
+          .max_regs = 128, .early_res = false),
       GEN("g v4 r2 reg128", "four warps per row, two rows per thread share the weight registers", .vpt = 4,
           .rows = 2, .max_regs = 128),
       GEN("g v2 b256", "production's decode shape in this kernel (row issued before the weight)", .vpt = 2,
