@@ -37,8 +37,8 @@ ALLOWED = {
     # input before the wait; the maximum kernel before it does not write the input, and this
     # grid launches only after every block of that kernel has passed its own wait.
     # (Template arguments <..., LoadPolicy, kPreload, kPeel, kBlock>: kPreload true, either
-    # kPeel, any block; the names before session 41 had no kBlock.)
-    r"tensor_code_kernel.*LoadPolicyE[0-9]+ELb1ELb[01]E(?:Li[0-9]+E)?EEv": "kPreload",
+    # kPeel, any block.)
+    r"tensor_code_kernel.*LoadPolicyE[0-9]+ELb1ELb[01]ELi[0-9]+EEEv": "kPreload",
 }
 
 # CUTLASS's kernels (the GEMMs) branch by warp role before their wait, so the listing's order
