@@ -845,6 +845,19 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
   static_assert(kV >= 2 && kV <= 16, "a row of 2 to 16 vectors a lane");
   constexpr int kSplitK = 1 << (32 - __builtin_clz(static_cast<unsigned>(kV - 1)));  // kV up to a power of two
   constexpr int kSpan = 16 / kSplitK;  // lanes of a half that end up holding the same slot
+  // The next row's loads ahead (kPrefetch), except for sm_100+ under nvcc before 13.2: ptxas
+  // 12.9.86, 13.0.88 and 13.1.115 crash (SIGSEGV) on the plain op's instances with them for
+  // sm_100a and sm_120a, which broke the wheel's build for those archs, the GPU-less default
+  // list included; ptxas 13.2.86 and 13.3.33 compile the same PTX (session 42; 12.9 read it
+  // with its .version lowered to 8.8). Loads ahead from a clamped row, unconditional, crash
+  // 13.0 too. There the warp loads each row after the previous one's stores (the fused op's
+  // order); the grid is the same, so only the overlap is lost. sm_80 / 89 / 90a: unchanged.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && \
+    (__CUDACC_VER_MAJOR__ < 13 || (__CUDACC_VER_MAJOR__ == 13 && __CUDACC_VER_MINOR__ < 2))
+  constexpr bool kAhead = false;
+#else
+  constexpr bool kAhead = kPrefetch;
+#endif
   const int lane = threadIdx.x & 31;
   const int warps = static_cast<int>(blockDim.x >> 5);
   int64_t row = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
@@ -876,7 +889,7 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
     const int64_t next = row + stride;
     const bool more = next < p.rows;
     Word4 xn[kPrefetch ? kV : 1], rn[kPrefetch ? kR : 1];
-    if constexpr (kPrefetch) {
+    if constexpr (kAhead) {
       if (more) fetch_row(next, xn, rn);
     }
     if constexpr (!kHoldW) fetch(p.weight, w);
@@ -956,7 +969,7 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
     }
     if (!more) break;
     row = next;
-    if constexpr (kPrefetch) {
+    if constexpr (kAhead) {
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
         x[k] = xn[k];
