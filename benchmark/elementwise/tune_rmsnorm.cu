@@ -978,10 +978,15 @@ const std::vector<Variant>& variants() {
       // Many rows (session 16): the output stored evict_first (st.global.cs), as concat_mla_k
       // gained from it.
       TWOPASS("2p t256 u2 h7", 256, 2, 7, "two passes, 256 threads a row, 2 vectors a thread a chunk, as h1, the output stored evict_first"),
+      // Session 42: the output (and the residual) stored with an L2 evict_last policy.
+      TWOPASS("2p t256 u2 h8", 256, 2, 8, "as 2p t256 u2 h1, the output stored evict_last"),
+      TWOPASS("2p t256 u2 h9", 256, 2, 9, "as 2p t256 u2 h8, the residual stored evict_last too"),
       GEN("g v8 pre keep cs", "as g v8 pre keep, the output stored evict_first", .vpt = 8, .max_regs = 128,
           .load = LP::kKeepL2, .store = SP::kStream),
       {"x t1024 c1 regs h1", run_exact<1024, 1, 1, true>, run_exact<1024, 1, 1, true>, "rmsnorm_exact_kernel, one 1024-vector chunk in registers, h1 (the fused op's H=8192 shape)"},
       {"x t1024 c1 regs h7", run_exact<1024, 1, 7, true>, run_exact<1024, 1, 7, true>, "as x t1024 c1 regs h1, the output stored evict_first"},
+      {"x t1024 c1 regs h8", run_exact<1024, 1, 8, true>, run_exact<1024, 1, 8, true>, "as x t1024 c1 regs h1, the output stored evict_last"},
+      {"x t1024 c1 regs h9", run_exact<1024, 1, 9, true>, run_exact<1024, 1, 9, true>, "as x t1024 c1 regs h8, the residual stored evict_last too"},
       // Decode kernel layouts (session 20):
       DECX("dx e4k4 early", 4, 4, kEarly, "the decode kernel, 4 elements a lane load, 4 chunks a warp, trigger early"),
       DECX("dx e4k4 mid", 4, 4, kAfterLoads, "the decode kernel, 4 elements a lane load, 4 chunks a warp, trigger mid"),

@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(1024) rmsnorm_scalar_kernel(const RmsNormParam
 // 0 plain; 1 L2 evict_last / evict_first / evict_last policies; 3 the same with L1 evict_last /
 // evict_first (Triton's eviction_policy); 4 the L1 priorities alone; fused op only: 5 as 1, but
 // the input (read once) evict_first; 6 as 5, and the residual stored with L2 evict_last; 7 as 1,
-// and the output stored evict_first (st.global.cs, twopass_out_store). The
+// and the output stored evict_first (st.global.cs, twopass_out_store); 8 as 1, and the output
+// stored with L2 evict_last; 9 as 8, and the residual stored with L2 evict_last too. The
 // launcher uses 1 (the fused op); the rest are for benchmark/elementwise/tune_rmsnorm.cu
 // (rmsnorm_exact_kernel takes the same modes).
 // Each thread re-reads only the vectors it stored itself, after row_group_sum's barrier (a
@@ -284,7 +285,9 @@ __global__ void __launch_bounds__(1024) rmsnorm_scalar_kernel(const RmsNormParam
 constexpr LoadPolicy twopass_policy(int hint, int which) {
   switch (hint) {
     case 1:
-    case 7: return which == 1 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
+    case 7:
+    case 8:
+    case 9: return which == 1 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
     case 5:
     case 6: return which == 1 || which == 3 ? LoadPolicy::kDropL2 : LoadPolicy::kKeepL2;
     case 3: return which == 1 ? LoadPolicy::kDropL1L2 : LoadPolicy::kKeepL1L2;
@@ -294,7 +297,11 @@ constexpr LoadPolicy twopass_policy(int hint, int which) {
 }
 
 // The output's store policy by hint (twopass_policy's modes).
-constexpr StorePolicy twopass_out_store(int hint) { return hint == 7 ? StorePolicy::kStream : StorePolicy::kDefault; }
+constexpr StorePolicy twopass_out_store(int hint) {
+  return hint == 7 ? StorePolicy::kStream : hint == 8 || hint == 9 ? StorePolicy::kKeepL2 : StorePolicy::kDefault;
+}
+// The fused op's residual store policy by hint.
+constexpr bool twopass_keep_residual(int hint) { return hint == 6 || hint == 9; }
 
 
 // kTrig (tune rows): the PDL trigger right after the wait (production) or after the stores.
@@ -333,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_twopass_kernel(const RmsNorm
       if (i < hv) {
         sum_sq = add_sum_sq<T, kFused>(x[u], r[kFused ? u : 0], sum_sq);
         if constexpr (kRegs) held[u] = x[u];
-        if constexpr (kFused && kHint == 6) {
+        if constexpr (kFused && twopass_keep_residual(kHint)) {
           store16<uint32_t, StorePolicy::kKeepL2>(reinterpret_cast<uint32_t*>(res + i * kVec), x[u]);
         } else if constexpr (kFused) {
           *reinterpret_cast<Word4*>(res + i * kVec) = x[u];
@@ -419,7 +426,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     sum_sq = add_sum_sq<T, kFused>(x[c], r[kFused ? c : 0], sum_sq);
-    if constexpr (kFused) *reinterpret_cast<Word4*>(res + (c * kThreads + t) * kVec) = x[c];
+    if constexpr (kFused && twopass_keep_residual(kHint)) {
+      store16<uint32_t, StorePolicy::kKeepL2>(reinterpret_cast<uint32_t*>(res + (c * kThreads + t) * kVec), x[c]);
+    } else if constexpr (kFused) {
+      *reinterpret_cast<Word4*>(res + (c * kThreads + t) * kVec) = x[c];
+    }
   }
   sum_sq = row_group_sum(sum_sq, kThreads, scratch);
   const float scale = rsqrtf(sum_sq / static_cast<float>(p.hidden) + p.eps);
@@ -771,6 +782,14 @@ cudaError_t launch_vec_for(const RmsNormParams<T>& p, const FastDivmod& rows_inn
 // t256 u2 127.1-127.3 / 251.6-251.9 -> 128.8-129.0 / 255.0-255.4, H=8192 (the exact-row kernel)
 // 251.1-251.5 / 503.6-504.0 -> 254.4-254.8 / 511.4-512.0; the plain op's vector kernel with
 // evict_last loads was no different with it (H=4096 / 7168 / 8192, within 0.2 %).
+// Session 42 (H200, tune_rmsnorm.cu, three rounds, us at T=16384 / 32768): the output stored
+// with an L2 evict_last policy (hint 8) read 126.30-126.38 / 250.28-250.46 against hint 1's
+// 126.48-126.91 / 250.50-250.62 for the fused op's H=4096 (t256 u2), and 249.98-250.02 /
+// 500.95-501.21 against 250.03-250.09 / 501.38-501.45 at H=8192 (the exact-row kernel); the
+// residual stored evict_last as well (hint 9) gained nothing. 0.1 % is within the bench's run
+// to run spread and far from the 0.4 % the T=32768 goal lacks (bench_norm.py read 4288 GB/s =
+// 100.3 % of copy with hint 8), and evict_last lines of a prefill-sized output would crowd L2:
+// production keeps hint 1.
 constexpr int64_t kTwoPassRows = 16384;
 constexpr int kTwoPassFusedHint = 1;
 
