@@ -355,6 +355,28 @@ cudaError_t launch_tb(const P& p, cudaStream_t s) {
                        dim3(kW * kWarpSize), 0, s, p.enable_pdl, p, plan.l);
 }
 
+// Session 42: production's in-place kernel and grid launched with the programmatic-serialization
+// attribute present but 0 (no PDL: the launch waits for the previous kernel as without the
+// attribute), "attr pdl0": whether the no-PDL boundary's extra cost in a process that has used
+// many streams (tune_common::extra_streams) depends on how the launch is described.
+template <bool kInterleave>
+cudaError_t launch_attr0(const P& p, cudaStream_t s) {
+  RopePlan plan;
+  const cudaError_t e = plan_rope(p, plan);
+  if (e != cudaSuccess || plan.grid == 0) return e;
+  if (plan.general || plan.kv || plan.keep) return cudaErrorInvalidConfiguration;  // the lean in-place path only
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<uint32_t>(plan.grid));
+  cfg.blockDim = dim3(kBlock);
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, rope_kernel<T, kInterleave, int64_t, false, false, false, false>, p, plan.l);
+}
+
 struct Variant {
   std::string name;
   bool gptj;
@@ -502,6 +524,9 @@ int main(int argc, char** argv) {
   vars.push_back({st + "tb w" #W " pdl", bool(gptj), true, [gptj](const P& p, cudaStream_t s) {       \
                     return gptj ? launch_tb<true, true, W>(p, s) : launch_tb<false, true, W>(p, s);   \
                   }})
+    vars.push_back({st + "attr pdl0", bool(gptj), false, [gptj](const P& p, cudaStream_t s) {
+                      return gptj ? launch_attr0<true>(p, s) : launch_attr0<false>(p, s);
+                    }});
     TB(1);
     TB(2);
     TB(3);
