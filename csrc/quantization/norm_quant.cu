@@ -888,7 +888,7 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
   while (true) {
     const int64_t next = row + stride;
     const bool more = next < p.rows;
-    Word4 xn[kPrefetch ? kV : 1], rn[kPrefetch ? kR : 1];
+    Word4 xn[kAhead ? kV : 1], rn[kAhead ? kR : 1];
     if constexpr (kAhead) {
       if (more) fetch_row(next, xn, rn);
     }
