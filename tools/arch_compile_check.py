@@ -109,17 +109,14 @@ def retarget(argv: list, arch: str, obj: str) -> list:
 
 
 def run_one(job):
-    rel, arch, argv = job
+    """(source, arch, argv, cwd) -> (source, arch, exit status, seconds, the output's end)."""
+    rel, arch, argv, cwd = job
     t0 = time.time()
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=job_cwd)
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
     return rel, arch, p.returncode, time.time() - t0, (p.stdout + p.stderr)[-3000:]
 
 
-job_cwd = ROOT
-
-
 def main() -> int:
-    global job_cwd
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--archs", required=True, help="comma-separated: 80, 89, 90a, 100a, 120a, ...")
     ap.add_argument("--build-dir", help="a configured build directory (default: the one build/*/build.ninja)")
@@ -132,7 +129,6 @@ def main() -> int:
         if len(found) != 1:
             raise SystemExit(f"arch_compile_check: pass --build-dir (found {len(found)} build/*/build.ninja)")
         build_dir = os.path.dirname(found[0])
-    job_cwd = build_dir
     archs = [a.strip().lower().replace(".", "") for a in args.archs.split(",") if a.strip()]
     root = source_root(build_dir)
     fams = families(os.path.join(root, "CMakeLists.txt"))
@@ -147,7 +143,7 @@ def main() -> int:
         for arch in archs:
             if supports(fams[fam], arch):
                 obj = os.path.join(scratch, f"{rel.replace('/', '_')}.{arch}.o")
-                jobs.append((rel, arch, retarget(argv, arch, obj)))
+                jobs.append((rel, arch, retarget(argv, arch, obj), build_dir))
     if not jobs:
         raise SystemExit("arch_compile_check: nothing to compile")
     print(f"arch_compile_check: {len(jobs)} compiles ({', '.join(archs)}) with {args.jobs} jobs", flush=True)
