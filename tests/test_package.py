@@ -95,6 +95,8 @@ OP_SCHEMAS = {
     "awq_dequantize": "awq_dequantize(Tensor qweight, Tensor scales, Tensor qzeros) -> Tensor",
     "dsv3_router_gemm": "dsv3_router_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()",
     "dsv3_fused_a_gemm": "dsv3_fused_a_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()",
+    # (API.md omits the write mark on output; 1.2: ours adds it)
+    "shuffle_rows": "shuffle_rows(Tensor input, Tensor dst2src_map, Tensor! output) -> ()",
     # 2.6 (dispose, get_graph_buffer_ipc_meta, register_buffer, register_graph_buffers and
     # meta_size are inferred from the C++ function type: arguments _0, _1, ...)
     "init_custom_ar": "init_custom_ar(int[] ipc_tensors, Tensor rank_data, int rank, bool full_nvlink) -> int",
@@ -150,6 +152,7 @@ PUBLIC_FUNCTIONS = {
     "awq_dequantize": ("sgl_kernel.gemm", "qweight, scales, qzeros"),
     "dsv3_router_gemm": ("sgl_kernel.gemm", "hidden_states, router_weights, out_dtype=torch.bfloat16"),
     "dsv3_fused_a_gemm": ("sgl_kernel.gemm", "mat_a, mat_b, output=None"),
+    "shuffle_rows": ("sgl_kernel.gemm", "input_tensor, dst2src_map, output_tensor_shape"),
     "fused_rmsnorm_quant": (
         "sgl_kernel.elementwise",
         "input, output_q, output_s, weight, group_size, quant_eps, fp8_min, fp8_max, "
@@ -688,6 +691,26 @@ def test_awq_dsv3_cpu_tensor_rejected():
         sgl_kernel.dsv3_router_gemm(a, torch.zeros(256, 7168, dtype=torch.bfloat16))
     with raises_op_error("dsv3_fused_a_gemm", "mat_a", "CUDA tensor"):
         sgl_kernel.dsv3_fused_a_gemm(a, torch.zeros(2112, 7168, dtype=torch.bfloat16).t())
+
+
+def test_shuffle_rows_cpu_tensor_rejected():
+    x = torch.zeros(8, 16, dtype=torch.bfloat16)
+    idx = torch.zeros(3, dtype=torch.int32)
+    with raises_op_error("shuffle_rows", "input", "CUDA tensor"):
+        sgl_kernel.shuffle_rows(x, idx, (3, 16))
+    with raises_op_error("shuffle_rows", "input", "CUDA tensor"):
+        torch.ops.sgl_kernel.shuffle_rows.default(x, idx, torch.empty(3, 16, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float32])
+def test_fake_shuffle_rows(dtype):
+    """The wrapper allocates the output of the given shape under FakeTensorMode."""
+    with FakeTensorMode():
+        x = torch.empty(40, 128, dtype=dtype, device="cuda")
+        idx = torch.empty(70, dtype=torch.int32, device="cuda")
+        out = sgl_kernel.shuffle_rows(x, idx, (70, 128))
+        assert out.shape == (70, 128) and out.dtype == dtype and out.device.type == "cuda"
+        assert torch.ops.sgl_kernel.shuffle_rows.default(x, idx, out) is None
 
 
 def test_relu_cpu_tensor_rejected():

@@ -249,6 +249,54 @@ void embedding_lookup(at::Tensor& out, const at::Tensor& weight, const at::Tenso
   }
 }
 
+// output[i] = input[dst2src_map[i]]: sgl-kernel's shuffle_rows (API.md 2.3, exported by the gemm
+// module), the row gather of embedding_lookup.cu for any dtype; a map entry outside
+// [0, input.shape[0]) gives a row of zeros.
+void shuffle_rows(const at::Tensor& input, const at::Tensor& dst2src_map, at::Tensor& output) {
+  constexpr const char* op = "shuffle_rows";
+  check_cuda(op, "input", input);
+  check_same_device(op, "dst2src_map", dst2src_map, "input", input);
+  check_same_device(op, "output", output, "input", input);
+  check_dtype(op, "dst2src_map", dst2src_map, {at::kInt, at::kLong});
+  check_same_dtype(op, "output", output, "input", input);
+  check_dim(op, "input", input, 2);
+  check_dim(op, "dst2src_map", dst2src_map, 1);
+  check_dim(op, "output", output, 2);
+  check_last_dim_contiguous(op, "input", input);
+  check_size(op, "output", output, 0, dst2src_map.size(0), "dst2src_map.shape[0]");
+  check_size(op, "output", output, 1, input.size(1), "input.shape[1]");
+  check_contiguous(op, "output", output);
+  const int64_t elt = static_cast<int64_t>(input.element_size());
+  const int64_t row_bytes = input.size(1) * elt;
+  if (output.numel() > 0) {
+    check_row_chunks(op, "input", row_bytes,
+                     chunk_bytes({address_of(output), address_of(input), static_cast<uint64_t>(input.stride(0) * elt),
+                                  static_cast<uint64_t>(row_bytes)}));
+  }
+  if (output.numel() == 0) return;
+  require_kernel(op, "project", kArchs, input);
+
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
+  if (debug_mode()) debug_check_indices(op, "dst2src_map", dst2src_map, input.size(0), "input.shape[0]", stream);
+  if constexpr (kBuilt) {
+    EmbeddingLookupParams p{};
+    at::Tensor idx = dst2src_map;
+    if (!describe_layout(idx, p.idx_layout)) idx = dst2src_map.contiguous();  // 1-D: always describable
+    p.out = output.data_ptr();
+    p.weight = input.data_ptr();
+    p.indices = idx.data_ptr();
+    p.num_indices = dst2src_map.size(0);
+    p.row_bytes = row_bytes;
+    p.weight_stride = input.stride(0) * elt;
+    p.vocab_start = 0;
+    p.num_valid = input.size(0);
+    p.indices_int64 = dst2src_map.scalar_type() == at::kLong;
+    p.enable_pdl = pdl_supported(input);
+    check_launch(op, launch_embedding_lookup(p, stream));
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // fast_compare_key (CPU)
 
@@ -281,6 +329,7 @@ void register_impls(torch::Library& m) {
   m.impl("fused_add_relu", &fused_add_relu);
   m.impl("store_kv_cache", &store_kv_cache);
   m.impl("embedding_lookup", &embedding_lookup);
+  m.impl("shuffle_rows", &shuffle_rows);
   // A CPU op: CUDA tensors get its own "must be a CPU tensor" message.
   m.impl("fast_compare_key", &fast_compare_key);
 }
@@ -296,6 +345,8 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("store_kv_cache(Tensor! k_cache, Tensor! v_cache, Tensor out_loc, Tensor k, Tensor v) -> ()");
   // out = weight[indices - vocab_start], zero rows outside [vocab_start, vocab_start + vocab_length)
   m.def("embedding_lookup(Tensor! out, Tensor weight, Tensor indices, int vocab_start, int vocab_length) -> ()");
+  // output[i] = input[dst2src_map[i]] (sgl-kernel's op, exported by sgl_kernel.gemm; written output marked)
+  m.def("shuffle_rows(Tensor input, Tensor dst2src_map, Tensor! output) -> ()");
   // length of the common prefix of two 1-D CPU int tensors
   m.def("fast_compare_key(Tensor x, Tensor y) -> int");
 }

@@ -40,6 +40,7 @@ __all__ = [
     "awq_dequantize",
     "dsv3_router_gemm",
     "dsv3_fused_a_gemm",
+    "shuffle_rows",
 ]
 
 FAMILY = "gemm"
@@ -52,6 +53,7 @@ OPS = {
     "awq_dequantize": 80,
     "dsv3_router_gemm": 80,
     "dsv3_fused_a_gemm": 80,
+    "shuffle_rows": 80,
 }
 # ops whose kernels live in arch-specific parts of the family (csrc/gemm/sm90/: CUTLASS 3.x,
 # sm90a; csrc/gemm/sm89/, sm80/: CUTLASS 2.x fp8 / int8 for every other GPU)
@@ -59,6 +61,7 @@ OP_FAMILIES = {
     "fp8_scaled_mm": ("gemm_sm90", "gemm_sm89"),
     "int8_scaled_mm": ("gemm_sm90", "gemm_sm80"),
     "fp8_blockwise_scaled_mm": ("gemm_sm90",),
+    "shuffle_rows": ("project",),  # the row gather of csrc/project/embedding_lookup.cu
 }
 
 _FP8 = torch.float8_e4m3fn
@@ -67,6 +70,7 @@ _fp8_scaled_mm = torch.ops.sgl_kernel.fp8_scaled_mm.default
 _int8_scaled_mm = torch.ops.sgl_kernel.int8_scaled_mm.default
 _fp8_blockwise_scaled_mm = torch.ops.sgl_kernel.fp8_blockwise_scaled_mm.default
 _bmm_fp8 = torch.ops.sgl_kernel.bmm_fp8.default
+_shuffle_rows = torch.ops.sgl_kernel.shuffle_rows.default
 
 
 @torch.library.register_fake("sgl_kernel::fp8_scaled_mm")
@@ -398,6 +402,45 @@ def dsv3_fused_a_gemm(
     return output
 
 
+def shuffle_rows(
+    input_tensor: torch.Tensor,
+    dst2src_map: torch.Tensor,
+    output_tensor_shape,
+) -> torch.Tensor:
+    r"""Row gather for MoE token permutation: ``output[i] = input_tensor[dst2src_map[i]]``.
+
+    Parameters
+    ----------
+    input_tensor : torch.Tensor
+        ``[N, cols]``, CUDA, any dtype (fp16/bf16/fp32/fp8/uint8 in the sgl-kernel API); the
+        last dimension contiguous, the row stride free.
+    dst2src_map : torch.Tensor
+        ``[R]`` int32 (int64 accepted), on ``input_tensor``'s device, any stride. Entries must
+        lie in ``[0, N)``; they are not checked on the host (that would need a sync). An entry
+        outside it gives a row of zeros and never reads outside ``input_tensor``; with
+        ``SGL_KERNEL_DEBUG=1`` it raises ``RuntimeError`` instead (outside graph capture).
+        Repeated entries are allowed.
+    output_tensor_shape : Sequence[int]
+        The shape of the new output, ``(R, cols)``.
+
+    Returns
+    -------
+    torch.Tensor
+        New contiguous ``[R, cols]`` tensor of ``input_tensor.dtype`` (the op's ``output``,
+        written).
+
+    Notes
+    -----
+    A byte copy of rows (exact for every dtype), in 16-byte chunks where the pointers, the
+    row stride and the row size allow it, else narrower ones (the API's rule of rows of a
+    multiple of 16 bytes is not required). Arch: sm80+. CUDA-graph capturable; programmatic
+    dependent launch on sm90+.
+    """
+    output = torch.empty(output_tensor_shape, dtype=input_tensor.dtype, device=input_tensor.device)
+    _shuffle_rows(input_tensor, dst2src_map, output)
+    return output
+
+
 # ---------------------------------------------------------------------------------------
 # One-shot checks for ``python -m sgl_kernel``
 
@@ -473,6 +516,15 @@ def _check_dsv3(fused: bool) -> None:
         torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2 * float(ref.abs().max()))
 
 
+def _check_shuffle_rows() -> None:
+    for dtype in (torch.bfloat16, _FP8, torch.float32):
+        x = torch.randn(300, 136, device="cuda").to(dtype)
+        idx = torch.randint(0, 300, (517,), device="cuda", dtype=torch.int32)
+        out = shuffle_rows(x, idx, (517, 136))
+        ref = x.view(torch.uint8)[idx.long()]
+        assert torch.equal(out.view(torch.uint8), ref), f"shuffle_rows ({dtype}) differs from the gather"
+
+
 def self_checks() -> Dict[str, Callable[[], None]]:
     return {
         "fp8_scaled_mm": lambda: _check_scaled_mm(False),
@@ -482,4 +534,5 @@ def self_checks() -> Dict[str, Callable[[], None]]:
         "awq_dequantize": _check_awq_dequantize,
         "dsv3_router_gemm": lambda: _check_dsv3(False),
         "dsv3_fused_a_gemm": lambda: _check_dsv3(True),
+        "shuffle_rows": _check_shuffle_rows,
     }

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fuzzers of the copy / cast / MLA-concat ops (API.md 2.1.4), the top-k family (2.1.5) and the
-project ops (3.1 custom_relu / fused_add_relu, 3.2 store_kv_cache, 3.3 embedding_lookup).
+project ops (3.1 custom_relu / fused_add_relu, 3.2 store_kv_cache, 3.3 embedding_lookup), and
+shuffle_rows (2.3), the embedding gather's rows of any dtype.
 
 Every case lives in buffers the fuzzer owns: outputs are views into poisoned buffers (NaN, a
 byte the op never writes, -7), so an unwritten element, a write to a wrong row or a write
@@ -462,6 +463,76 @@ def fuzz_embedding_lookup(case: Case) -> str:
 
 def fuzz_embedding_lookup_vocab_range(case: Case) -> str:
     return _fuzz_embedding(case, shard=True)
+
+
+# ---------------------------------------------------------------------------------------
+# shuffle_rows (API.md 2.3; the row gather of embedding_lookup for any dtype)
+
+_SHUFFLE_GUARD = 0xA5  # the byte around input and output; random data holds it 1 byte in 256
+
+
+def fuzz_shuffle_rows(case: Case) -> str:
+    """Random bytes of a random dtype in a guard-byte buffer (row pitch and start offset free),
+    a 1-D int32/int64 map with repeats, out-of-range entries (zero rows) and a stride, an output
+    allocated by the wrapper or given to the op at a byte offset; compared as bytes."""
+    dtype = case.choice((FP8, FP8, BF16, FP16, FP32, torch.uint8, torch.int32))
+    elt = dtype.itemsize
+    cols = case.hidden(min(8192, case.max_elems),
+                       points=(1, 2, 3, 7, 8, 16, 56, 100, 128, 136, 520, 2048, 4096, 7168))
+    n = case.rows(max(1, min(100_000, case.max_elems // cols)), points=(1, 2, 16, 128, 1000))
+    pitch = cols + (case.choice((1, 2, 3, 8, max(1, 16 // elt))) if case.coin(0.4) else 0)
+    before = case.choice((1, 2, 3, 8)) if case.coin(0.3) else 0
+    front, back = 2 * pitch + before, 2 * pitch + 8  # two guard rows each side
+    span = (n - 1) * pitch + cols
+    ibuf = torch.full(((front + span + back) * elt,), _SHUFFLE_GUARD, dtype=torch.uint8, device=DEV)
+    inp = ibuf.view(dtype).as_strided((n, cols), (pitch, 1), front)
+    inp.view(torch.uint8).copy_(_rand_bytes(case, n * cols * elt).view(n, cols * elt))
+
+    last_small = max(1, (256 << 10) // (cols * elt))  # R * row bytes <= 256 KiB: the small launch
+    r = case.rows(max(1, case.max_elems // cols), points=(1, 2, 7, 16, 64, 128, 257, last_small, last_small + 1))
+    if case.coin(0.02):
+        r = 0
+    map_dtype = torch.int32 if case.coin(0.7) else torch.int64
+    info = torch.iinfo(map_dtype)
+    values = _randint(case, 0, n - 1, (r,))
+    if not _debug_mode() and case.coin(0.15):  # documented: zero rows
+        values = _sprinkle(case, values, [-1, n, n + 1, info.min, info.max], case.choice((0.05, 0.5)))
+    step = 3 if case.coin(0.25) else 1
+    mbuf = torch.full((max(1, r * step),), info.max, dtype=map_dtype, device=DEV)
+    dst2src = mbuf[::step][:r] if step > 1 else mbuf[:r]
+    dst2src.copy_(values.to(map_dtype))
+
+    out_mode = case.choice(("alloc", "op"))
+    off = case.choice((0, 0, 1, 2, 3, 8)) * elt
+    desc = (f"shuffle_rows {_dt(dtype)} input={describe(inp)} dst2src_map={describe(dst2src)} "
+            f"out={out_mode}{'+' + str(off) + 'B' if out_mode == 'op' else ''}")
+    ibuf_before, mbuf_before = ibuf.clone(), mbuf.clone()
+    nbytes = r * cols * elt
+    obuf = None
+    if out_mode == "alloc":
+        _poison_next_alloc((nbytes,), torch.uint8, _SHUFFLE_GUARD)
+        out = sgl_kernel.shuffle_rows(inp, dst2src, (r, cols))
+    else:
+        obuf = torch.full((64 + off + nbytes + 64,), _SHUFFLE_GUARD, dtype=torch.uint8, device=DEV)
+        out = obuf[64 + off : 64 + off + nbytes].view(dtype).view(r, cols)
+        desc += f" chunk={_chunk(out.data_ptr(), inp.data_ptr(), pitch * elt, cols * elt)}B"
+        _check(_op("shuffle_rows")(inp, dst2src, out) is None, desc, "the op returned a value")
+    _sync()
+    _check(tuple(out.shape) == (r, cols) and out.dtype == dtype and out.is_contiguous(), desc,
+           f"out is {describe(out)}, expected contiguous {_dt(dtype)}[{r}, {cols}]")
+    src = inp.view(torch.uint8)  # [n, cols * elt]
+    idx = dst2src.long()
+    valid = (idx >= 0) & (idx < n)
+    expected = torch.zeros((r, cols * elt), dtype=torch.uint8, device=DEV)
+    expected[valid] = src[idx[valid]]
+    _same_bits(out.view(torch.uint8), expected, desc, "output")
+    if obuf is not None:
+        exp_buf = torch.full_like(obuf, _SHUFFLE_GUARD)
+        exp_buf[64 + off : 64 + off + nbytes] = expected.flatten()
+        _same_bits(obuf, exp_buf, desc, "output buffer (output and the guards around it)")
+    _same_bits(ibuf, ibuf_before, desc, "input buffer (input, must be unchanged)")
+    _same_bits(mbuf, mbuf_before, desc, "dst2src_map buffer (input, must be unchanged)")
+    return desc
 
 
 # ---------------------------------------------------------------------------------------
@@ -1105,6 +1176,7 @@ FUZZERS: Dict[str, Fuzzer] = {
     "copy.store_kv_cache": fuzz_store_kv_cache,
     "copy.embedding_lookup": fuzz_embedding_lookup,
     "copy.embedding_lookup_vocab_range": fuzz_embedding_lookup_vocab_range,
+    "copy.shuffle_rows": fuzz_shuffle_rows,
     "copy.concat_mla_k": fuzz_concat_mla_k,
     "copy.concat_mla_absorb_q": fuzz_concat_mla_absorb_q,
     "copy.downcast_fp8": fuzz_downcast_fp8,
