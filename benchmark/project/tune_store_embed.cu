@@ -11,7 +11,8 @@
 //   /tmp/tune_se    # estimated 20-40 s on an H200; exit status 1 on any mismatch
 //
 // Options: --op store|embed (default both), --no-pdl, --check-only, --streams N
-// (tune_common::extra_streams first: the bench's process state).
+// (tune_common::extra_streams first: the bench's process state), --short (embed: rows of 128 B
+// to 4 KB instead of the bench's shapes: shuffle_rows' fp32 scale rows of 224 B, session 43).
 //
 // Check (every variant, before any timing): outputs byte for byte equal to old's, and old's
 // equal to a naive byte-per-thread reference. Random bytes as data; every output buffer starts
@@ -360,6 +361,18 @@ cudaError_t embed_piece(const EmbeddingLookupParams& p, cudaStream_t stream) {
   });
 }
 
+// Session 43: production's embedding_warp_rows_kernel (32 rows a warp) at other block sizes
+// ("wrK tT": rows of at most K chunks, T threads); rows longer than K chunks take production's
+// launcher, so the check's long rows run too.
+template <int kMaxChunks, int kThreads>
+cudaError_t embed_warp_rows(const EmbeddingLookupParams& p, cudaStream_t stream) {
+  return with_embed_width(p, [&](auto width, auto index) {
+    constexpr int kBytes = decltype(width)::value;
+    if (p.row_bytes / kBytes > kMaxChunks) return launch_embedding_lookup(p, stream);
+    return embedding::launch_warp_rows<kBytes, typename decltype(index)::type, kMaxChunks, kThreads>(p, stream);
+  });
+}
+
 // Multiprocessors of the current device (sgl_kernel/runtime.h, cached there).
 static int sm_count() {
   int dev = 0;
@@ -479,6 +492,11 @@ static const Variant<EmbedFn> kEmbedVariants[] = {
     {"pc v2 t128 p5", &embed_piece<2, 128, 5>},
     {"pc v2 t128 p0", &embed_piece<2, 128, 0>},
     {"pc v1 t128 p0", &embed_piece<1, 128, 0>},
+    // Session 43: 32 rows a warp for rows of at most 16 / 32 chunks (shorter rows only).
+    {"wr16 t64", &embed_warp_rows<16, 64>},
+    {"wr16 t128", &embed_warp_rows<16, 128>},
+    {"wr16 t256", &embed_warp_rows<16, 256>},
+    {"wr32 t128", &embed_warp_rows<32, 128>},
 };
 constexpr int kNumStore = sizeof(kStoreVariants) / sizeof(kStoreVariants[0]);
 constexpr int kNumEmbed = sizeof(kEmbedVariants) / sizeof(kEmbedVariants[0]);
@@ -610,6 +628,7 @@ static void upload(Buf& b, const std::vector<T>& v, size_t lead, cudaStream_t s)
 
 struct Options {
   bool store = true, embed = true, pdl = true, check_only = false;
+  bool short_rows = false;  // --short: embed shapes of short rows (shuffle_rows' scales) instead
   int streams = 0;  // --streams N
 };
 
@@ -1019,10 +1038,19 @@ static void time_embed(const Options& opt, Timer& tm) {
     int64_t t, d;
   };
   std::vector<Shape> shapes;
-  for (int64_t t : {1, 16, 128, 1024, 8192, 32768}) shapes.push_back({false, "bf16", 2, t, 4096});
-  for (int64_t t : {1, 16, 128, 1024, 8192, 32768}) shapes.push_back({true, "bf16", 2, t, 4096});
-  for (int64_t t : {1, 8192}) shapes.push_back({false, "fp16", 2, t, 8192});
-  for (int64_t t : {1, 8192}) shapes.push_back({false, "fp32", 4, t, 2048});
+  if (opt.short_rows) {  // rows of 128 B to 4 KB (16 to 256 chunks), many of them
+    for (int64_t t : {1024, 8192, 32768, 131072}) shapes.push_back({false, "fp32", 4, t, 56});
+    for (int64_t t : {8192, 131072}) shapes.push_back({false, "bf16", 2, t, 64});
+    for (int64_t t : {8192, 32768}) shapes.push_back({false, "fp32", 4, t, 112});
+    for (int64_t t : {8192, 32768}) shapes.push_back({false, "bf16", 2, t, 1024});
+    for (int64_t t : {8192, 32768}) shapes.push_back({false, "bf16", 2, t, 1536});
+    for (int64_t t : {8192, 32768}) shapes.push_back({false, "bf16", 2, t, 2048});
+  } else {
+    for (int64_t t : {1, 16, 128, 1024, 8192, 32768}) shapes.push_back({false, "bf16", 2, t, 4096});
+    for (int64_t t : {1, 16, 128, 1024, 8192, 32768}) shapes.push_back({true, "bf16", 2, t, 4096});
+    for (int64_t t : {1, 8192}) shapes.push_back({false, "fp16", 2, t, 8192});
+    for (int64_t t : {1, 8192}) shapes.push_back({false, "fp32", 4, t, 2048});
+  }
   const int ns = static_cast<int>(shapes.size());
   std::vector<float> us(kNumEmbed * ns);
   std::vector<double> bytes(ns);
@@ -1111,6 +1139,8 @@ int main_impl(int argc, char** argv) {
       opt.pdl = false;
     } else if (a == "--check-only") {
       opt.check_only = true;
+    } else if (a == "--short") {
+      opt.short_rows = true;
     } else if (a == "--streams" && i + 1 < argc) {
       opt.streams = std::atoi(argv[++i]);
     } else {

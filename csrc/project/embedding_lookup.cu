@@ -5,8 +5,10 @@
 // A byte copy of rows (the dtype only sets the row size) in chunks of kBytes (16 when every
 // pointer, row pitch and the row size allow it; row_copy.cuh). Calls of up to 256 KB: a grid
 // flat over chunk columns, a thread writing kVpt chunks of one output row; larger calls: a
-// block a piece of a row (embedding_piece_kernel). A thread loads the row's index (indices may
-// be strided: StridedLayout), then issues all its weight loads together, then stores.
+// block a piece of a row (embedding_piece_kernel) for rows of 4 KB (256 chunks) or more, the
+// flat grid for shorter rows, and 32 rows a warp (embedding_warp_rows_kernel) for many rows of
+// at most 16 chunks (session 43, shuffle_rows' scale rows). A thread loads the row's index
+// (indices may be strided: StridedLayout), then issues all its weight loads together, then stores.
 // An index outside [vocab_start, vocab_start + num_valid) reads nothing and writes zeros:
 // the vocab-parallel contract, and the documented answer to an out-of-range index of a
 // plain gather (num_valid = V).
@@ -186,6 +188,71 @@ cudaError_t launch_pieces(const EmbeddingLookupParams& p, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+// Rows of at most kMaxChunks chunks (session 43: shuffle_rows' fp32 scale rows of 224 bytes): a
+// warp copies 32 consecutive output rows. Lane l loads the index of the warp's row l (one load
+// instruction for the 32 rows), then takes items j = l + 32 k of the warp's n * chunks output
+// chunks in output order: chunk j % chunks of row j / chunks, whose source comes from the lane
+// that loaded that row's index (shuffles). A lane issues all its loads before its stores.
+// kPdl as embedding_lookup_kernel's.
+template <int kBytes, typename TIdx, int kMaxChunks, int kThreads, int kPdl = 3>
+__global__ void __launch_bounds__(kThreads)
+    embedding_warp_rows_kernel(const EmbeddingLookupParams p, const FastDivmod chunks, const int64_t row0,
+                               const int64_t rows) {
+  using C = Chunk<kBytes>;
+  static_assert(kThreads % 32 == 0, "whole warps");
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  // the warp's first row; warp-uniform, so a warp past the end leaves as a whole
+  const int64_t first = row0 + ((static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5) * 32;
+  const int64_t end = row0 + rows;
+
+  if constexpr ((kPdl & 1) != 0) SGL_PDL_WAIT();  // before any input is read
+  if constexpr ((kPdl & 2) != 0) SGL_PDL_LAUNCH_DEPENDENTS();  // early: see sgl_kernel/arch.cuh
+  if (first < end) {
+    const uint32_t n = static_cast<uint32_t>(end - first < 32 ? end - first : 32);
+    SourceRow s{static_cast<const char*>(p.weight), false};
+    if (static_cast<uint32_t>(lane) < n) s = source_row<TIdx>(p, first + lane);
+    const uint32_t total = n * chunks.divisor;  // <= 32 * kMaxChunks
+    // [num_indices, row_bytes]: the warp's rows are one contiguous run of output chunks
+    C* __restrict__ dst = reinterpret_cast<C*>(static_cast<char*>(p.out) + first * p.row_bytes);
+    const auto base = reinterpret_cast<uintptr_t>(s.base);
+    C x[kMaxChunks];
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const uint32_t j = static_cast<uint32_t>(lane + 32 * k);
+      uint32_t r, c;
+      chunks.divmod(j, r, c);
+      // every lane takes part in the shuffles; r >= 32 only where j >= total (unused)
+      const auto src = static_cast<uintptr_t>(__shfl_sync(0xffffffffu, static_cast<unsigned long long>(base),
+                                                          static_cast<int>(r & 31)));
+      const bool valid = __shfl_sync(0xffffffffu, static_cast<int>(s.valid), static_cast<int>(r & 31)) != 0;
+      x[k] = C{};
+      if (j < total && valid) x[k] = load_chunk<kBytes, LoadPolicy::kDefault>(reinterpret_cast<const C*>(src) + c);
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const uint32_t j = static_cast<uint32_t>(lane + 32 * k);
+      if (j < total) store_chunk<kBytes, StorePolicy::kDefault>(dst + j, x[k]);
+    }
+  }
+  if constexpr ((kPdl & 4) != 0) SGL_PDL_LAUNCH_DEPENDENTS();
+}
+
+// Rows of at most kMaxChunks chunks, 32 a warp; several launches past a grid's 2^31 - 1 blocks.
+template <int kBytes, typename TIdx, int kMaxChunks, int kThreads, int kPdl = 3>
+cudaError_t launch_warp_rows(const EmbeddingLookupParams& p, cudaStream_t stream) {
+  const int64_t chunks = p.row_bytes / kBytes;
+  if (chunks < 1 || chunks > kMaxChunks) return cudaErrorInvalidValue;
+  constexpr int64_t kRowsPerBlock = kThreads;  // 32 rows a warp
+  const int64_t rows_per_launch = kMaxLaunchBlocks * kRowsPerBlock;
+  for (int64_t row0 = 0; row0 < p.num_indices; row0 += rows_per_launch) {
+    const int64_t rows = std::min(rows_per_launch, p.num_indices - row0);
+    SGL_CUDA_TRY(launch_kernel(embedding_warp_rows_kernel<kBytes, TIdx, kMaxChunks, kThreads, kPdl>,
+                               dim3(static_cast<uint32_t>(ceil_div<int64_t>(rows, kRowsPerBlock))), dim3(kThreads), 0,
+                               stream, p.enable_pdl, p, FastDivmod(static_cast<uint32_t>(chunks)), row0, rows));
+  }
+  return cudaSuccess;
+}
+
 // NOTE (H200, PDL on; benchmark/project/tune_store_embed.cu, us against the previous kernel,
 // which gave each row a group of up to 256 threads with 4 chunks each): 2 chunks per thread,
 // 256-thread blocks, plain loads ("v2 t256") won from 1 MB of output up: bf16 D=4096 T=128/
@@ -211,8 +278,22 @@ cudaError_t launch_pieces(const EmbeddingLookupParams& p, cudaStream_t stream) {
 // the large calls, 0.1-0.2 us slower at the small ones. Pieces of 2 KB on 128 threads (one
 // chunk a thread, Triton's own shape) still read 159.7 here (140.2 without the early
 // trigger) against Triton's 132.7: why one chunk a thread costs this kernel more was not found.
-// Calls above kSmallMaxBytes take it.
+// Calls above kSmallMaxBytes take it, for rows of at least kPieceMinChunks chunks.
 constexpr int64_t kSmallMaxBytes = int64_t{256} << 10;
+// NOTE (H200, session 43): a block a piece leaves threads idle in a row shorter than one piece
+// (2 chunks x 128 threads): shuffle_rows' fp32 scale rows of 224 B (14 chunks) used 7 threads of
+// 128, and 8192 / 32768 of them took 10.6 / 40.1 us against torch.compile's 1.86 / 3.74
+// (bench_shuffle_rows.py). Shorter rows take the flat grid of 2 chunks a thread on 256 threads
+// (several rows a block), production's large-call shape before session 39.
+constexpr int64_t kPieceMinChunks = 256;
+// NOTE (H200, session 43, tune_store_embed.cu --op embed --short --streams 64, us): rows of at
+// most 16 chunks, 32 a warp (embedding_warp_rows_kernel, "wr16 tT") against the flat grid ("v2
+// t256"): fp32 rows of 56 (224 B) at T = 8192 / 32768 / 131072: t256 2.45 / 3.31 / 14.39,
+// t128 2.02 / 3.44 / 15.02, flat 1.65 / 4.40 / 14.92 (v4 t256 1.59 / 3.68 / 15.07); bf16 rows
+// of 64 at T = 8192 / 131072: t256 1.91 / 7.94, flat 1.28 / 7.92. With few rows a warp's 32
+// rows leave too few warps; from kWarpRowsMinRows rows on it takes them.
+constexpr int kWarpRowsMaxChunks = 16;
+constexpr int64_t kWarpRowsMinRows = 32768;
 
 }  // namespace embedding
 }  // namespace
@@ -226,6 +307,12 @@ cudaError_t launch_embedding_lookup(const EmbeddingLookupParams& p, cudaStream_t
     using TIdx = typename decltype(index)::type;
     if (p.num_indices * p.row_bytes <= embedding::kSmallMaxBytes) {
       return embedding::launch_shape<kBytes, TIdx, 1, 128, LoadPolicy::kStream>(p, stream);
+    }
+    if (p.row_bytes / kBytes <= embedding::kWarpRowsMaxChunks && p.num_indices >= embedding::kWarpRowsMinRows) {
+      return embedding::launch_warp_rows<kBytes, TIdx, embedding::kWarpRowsMaxChunks, 256>(p, stream);
+    }
+    if (p.row_bytes / kBytes < embedding::kPieceMinChunks) {
+      return embedding::launch_shape<kBytes, TIdx, 2, 256, LoadPolicy::kDefault>(p, stream);
     }
     return embedding::launch_pieces<kBytes, TIdx, 2, 128>(p, stream);
   });
