@@ -852,6 +852,9 @@ __global__ void __launch_bounds__(kWarpRowsMaxThreads) __maxnreg__(kMaxRegs)
   // with its .version lowered to 8.8). Loads ahead from a clamped row, unconditional, crash
   // 13.0 too. There the warp loads each row after the previous one's stores (the fused op's
   // order); the grid is the same, so only the overlap is lost. sm_80 / 89 / 90a: unchanged.
+  // PTX of those (an "X.Y+PTX" build JIT-compiled on a Blackwell GPU) keeps the loads ahead:
+  // ptxas 12.9.86 and 13.0.88 compile the whole file's compute_90 PTX for sm_100 and sm_120
+  // (session 43), so only PTX compiled for sm_100+ itself met the crash.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && \
     (__CUDACC_VER_MAJOR__ < 13 || (__CUDACC_VER_MAJOR__ == 13 && __CUDACC_VER_MINOR__ < 2))
   constexpr bool kAhead = false;
