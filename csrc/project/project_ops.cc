@@ -188,6 +188,42 @@ void store_kv_cache(at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& 
   }
 }
 
+// The row-chunk limit of a gather of weight's rows into out (embedding_lookup, shuffle_rows).
+void check_gather_chunks(const char* op, const char* name, const at::Tensor& out, const at::Tensor& weight) {
+  if (out.numel() == 0) return;
+  const int64_t elt = static_cast<int64_t>(weight.element_size());
+  const int64_t row_bytes = weight.size(1) * elt;
+  check_row_chunks(op, name, row_bytes,
+                   chunk_bytes({address_of(out), address_of(weight), static_cast<uint64_t>(weight.stride(0) * elt),
+                                static_cast<uint64_t>(row_bytes)}));
+}
+
+// out[i] = weight[indices[i] - vocab_start] for 0 <= indices[i] - vocab_start < num_valid, else
+// a zero row: launch_embedding_lookup on checked tensors (weight [V, D] with a contiguous last
+// dimension, out contiguous with indices.numel() rows of D).
+void launch_row_gather(const char* op, at::Tensor& out, const at::Tensor& weight, const at::Tensor& indices,
+                       int64_t vocab_start, int64_t num_valid, cudaStream_t stream) {
+  if constexpr (kBuilt) {
+    EmbeddingLookupParams p{};
+    at::Tensor idx = indices;
+    if (!describe_layout(idx, p.idx_layout)) {
+      idx = indices.contiguous();  // NOTE: > kMaxStridedDims irregular dims: rare, one extra copy
+    }
+    const int64_t elt = static_cast<int64_t>(weight.element_size());
+    p.out = out.data_ptr();
+    p.weight = weight.data_ptr();
+    p.indices = idx.data_ptr();
+    p.num_indices = indices.numel();
+    p.row_bytes = weight.size(1) * elt;
+    p.weight_stride = weight.stride(0) * elt;
+    p.vocab_start = vocab_start;
+    p.num_valid = num_valid;
+    p.indices_int64 = indices.scalar_type() == at::kLong;
+    p.enable_pdl = pdl_supported(weight);
+    check_launch(op, launch_embedding_lookup(p, stream));
+  }
+}
+
 // out[...] = weight[indices[...] - vocab_start], zero rows outside the shard
 void embedding_lookup(at::Tensor& out, const at::Tensor& weight, const at::Tensor& indices, int64_t vocab_start,
                       int64_t vocab_length) {
@@ -203,13 +239,7 @@ void embedding_lookup(at::Tensor& out, const at::Tensor& weight, const at::Tenso
   check_dim(op, "out", out, indices.dim() + 1);
   check_leading_dims(op, "out", out, "indices", indices, indices.dim());
   check_size(op, "out", out, -1, weight.size(1), "weight.shape[1]");
-  if (out.numel() > 0) {
-    const int64_t elt = static_cast<int64_t>(weight.element_size());
-    const int64_t row_bytes = weight.size(1) * elt;
-    check_row_chunks(op, "weight", row_bytes,
-                     chunk_bytes({address_of(out), address_of(weight), static_cast<uint64_t>(weight.stride(0) * elt),
-                                       static_cast<uint64_t>(row_bytes)}));
-  }
+  check_gather_chunks(op, "weight", out, weight);
   check_contiguous(op, "out", out);
   const int64_t vocab = weight.size(0);
   if (vocab_length < 0) {
@@ -228,25 +258,8 @@ void embedding_lookup(at::Tensor& out, const at::Tensor& weight, const at::Tenso
   if (vocab_length < 0 && debug_mode()) {
     debug_check_indices(op, "indices", indices, vocab, "weight.shape[0]", stream);
   }
-  if constexpr (kBuilt) {
-    EmbeddingLookupParams p{};
-    at::Tensor idx = indices;
-    if (!describe_layout(idx, p.idx_layout)) {
-      idx = indices.contiguous();  // NOTE: > kMaxStridedDims irregular dims: rare, one extra copy
-    }
-    const int64_t elt = static_cast<int64_t>(weight.element_size());
-    p.out = out.data_ptr();
-    p.weight = weight.data_ptr();
-    p.indices = idx.data_ptr();
-    p.num_indices = indices.numel();
-    p.row_bytes = weight.size(1) * elt;
-    p.weight_stride = weight.stride(0) * elt;
-    p.vocab_start = vocab_length < 0 ? 0 : vocab_start;
-    p.num_valid = vocab_length < 0 ? vocab : vocab_length;
-    p.indices_int64 = indices.scalar_type() == at::kLong;
-    p.enable_pdl = pdl_supported(weight);
-    check_launch(op, launch_embedding_lookup(p, stream));
-  }
+  launch_row_gather(op, out, weight, indices, vocab_length < 0 ? 0 : vocab_start,
+                    vocab_length < 0 ? vocab : vocab_length, stream);
 }
 
 // output[i] = input[dst2src_map[i]]: sgl-kernel's shuffle_rows (API.md 2.3, exported by the gemm
@@ -266,35 +279,14 @@ void shuffle_rows(const at::Tensor& input, const at::Tensor& dst2src_map, at::Te
   check_size(op, "output", output, 0, dst2src_map.size(0), "dst2src_map.shape[0]");
   check_size(op, "output", output, 1, input.size(1), "input.shape[1]");
   check_contiguous(op, "output", output);
-  const int64_t elt = static_cast<int64_t>(input.element_size());
-  const int64_t row_bytes = input.size(1) * elt;
-  if (output.numel() > 0) {
-    check_row_chunks(op, "input", row_bytes,
-                     chunk_bytes({address_of(output), address_of(input), static_cast<uint64_t>(input.stride(0) * elt),
-                                  static_cast<uint64_t>(row_bytes)}));
-  }
+  check_gather_chunks(op, "input", output, input);
   if (output.numel() == 0) return;
   require_kernel(op, "project", kArchs, input);
 
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   if (debug_mode()) debug_check_indices(op, "dst2src_map", dst2src_map, input.size(0), "input.shape[0]", stream);
-  if constexpr (kBuilt) {
-    EmbeddingLookupParams p{};
-    at::Tensor idx = dst2src_map;
-    if (!describe_layout(idx, p.idx_layout)) idx = dst2src_map.contiguous();  // 1-D: always describable
-    p.out = output.data_ptr();
-    p.weight = input.data_ptr();
-    p.indices = idx.data_ptr();
-    p.num_indices = dst2src_map.size(0);
-    p.row_bytes = row_bytes;
-    p.weight_stride = input.stride(0) * elt;
-    p.vocab_start = 0;
-    p.num_valid = input.size(0);
-    p.indices_int64 = dst2src_map.scalar_type() == at::kLong;
-    p.enable_pdl = pdl_supported(input);
-    check_launch(op, launch_embedding_lookup(p, stream));
-  }
+  launch_row_gather(op, output, input, dst2src_map, 0, input.size(0), stream);
 }
 
 // ---------------------------------------------------------------------------------------
