@@ -97,6 +97,30 @@ OP_SCHEMAS = {
     "dsv3_fused_a_gemm": "dsv3_fused_a_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()",
     # (API.md omits the write mark on output; 1.2: ours adds it)
     "shuffle_rows": "shuffle_rows(Tensor input, Tensor dst2src_map, Tensor! output) -> ()",
+    # 2.4 (API.md omits the write mark on moe_sum_reduce's output; 1.2: ours adds it)
+    "topk_softmax": (
+        "topk_softmax(Tensor! topk_weights, Tensor! topk_indices, Tensor gating_output, bool renormalize, "
+        "float moe_softcapping, Tensor? correction_bias) -> ()"
+    ),
+    "topk_sigmoid": (
+        "topk_sigmoid(Tensor! topk_weights, Tensor! topk_indices, Tensor gating_output, bool renormalize, "
+        "Tensor? correction_bias) -> ()"
+    ),
+    "moe_fused_gate": (
+        "moe_fused_gate(Tensor input, Tensor bias, int num_expert_group, int topk_group, int topk, "
+        "int num_fused_shared_experts, float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) "
+        "-> Tensor[]"
+    ),
+    "kimi_k2_moe_fused_gate": (
+        "kimi_k2_moe_fused_gate(Tensor input, Tensor bias, int topk, bool renormalize, "
+        "float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) -> Tensor[]"
+    ),
+    "moe_align_block_size": (
+        "moe_align_block_size(Tensor topk_ids, int num_experts, int block_size, Tensor! sorted_token_ids, "
+        "Tensor! experts_ids, Tensor! num_tokens_post_pad, Tensor! cumsum_buffer, bool pad_sorted_token_ids) -> ()"
+    ),
+    "moe_sum": "moe_sum(Tensor input, Tensor! output) -> ()",
+    "moe_sum_reduce": "moe_sum_reduce(Tensor input, Tensor! output, float routed_scaling_factor) -> ()",
     # 2.6 (dispose, get_graph_buffer_ipc_meta, register_buffer, register_graph_buffers and
     # meta_size are inferred from the C++ function type: arguments _0, _1, ...)
     "init_custom_ar": "init_custom_ar(int[] ipc_tensors, Tensor rank_data, int rank, bool full_nvlink) -> int",
@@ -153,6 +177,32 @@ PUBLIC_FUNCTIONS = {
     "dsv3_router_gemm": ("sgl_kernel.gemm", "hidden_states, router_weights, out_dtype=torch.bfloat16"),
     "dsv3_fused_a_gemm": ("sgl_kernel.gemm", "mat_a, mat_b, output=None"),
     "shuffle_rows": ("sgl_kernel.gemm", "input_tensor, dst2src_map, output_tensor_shape"),
+    # 2.4
+    "topk_softmax": (
+        "sgl_kernel.moe",
+        "topk_weights, topk_ids, gating_output, renormalize=False, moe_softcapping=0.0, correction_bias=None",
+    ),
+    "topk_sigmoid": (
+        "sgl_kernel.moe",
+        "topk_weights, topk_ids, gating_output, renormalize=False, correction_bias=None",
+    ),
+    "moe_fused_gate": (
+        "sgl_kernel.moe",
+        "input_tensor, bias, num_expert_group, topk_group, topk, num_fused_shared_experts=0, "
+        "routed_scaling_factor=0, apply_routed_scaling_factor_on_output=False",
+    ),
+    "kimi_k2_moe_fused_gate": (
+        "sgl_kernel.moe",
+        "input_tensor, bias, topk, renormalize=True, routed_scaling_factor=1.0, "
+        "apply_routed_scaling_factor_on_output=False",
+    ),
+    "moe_align_block_size": (
+        "sgl_kernel.moe",
+        "topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad, cumsum_buffer, "
+        "pad_sorted_token_ids=False",
+    ),
+    "moe_sum": ("sgl_kernel.moe", "input_tensor, output_tensor"),
+    "moe_sum_reduce": ("sgl_kernel.moe", "input_tensor, output_tensor, routed_scaling_factor=0"),
     "fused_rmsnorm_quant": (
         "sgl_kernel.elementwise",
         "input, output_q, output_s, weight, group_size, quant_eps, fp8_min, fp8_max, "
@@ -220,7 +270,7 @@ BUILD_INFO_TYPES = {
     "ops": dict,
 }
 REQUIRED_FAMILIES = ("elementwise", "quantization", "gemm", "moe", "attention", "allreduce", "project")
-BUILT_FAMILIES = ("elementwise", "project", "top_k", "allreduce")  # implemented so far: always compiled in
+BUILT_FAMILIES = ("elementwise", "project", "top_k", "allreduce", "moe")  # implemented so far: always compiled in
 
 ACT_OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
 ROPE_OP = "apply_rope_pos_ids_cos_sin_cache"
@@ -711,6 +761,69 @@ def test_fake_shuffle_rows(dtype):
         out = sgl_kernel.shuffle_rows(x, idx, (70, 128))
         assert out.shape == (70, 128) and out.dtype == dtype and out.device.type == "cuda"
         assert torch.ops.sgl_kernel.shuffle_rows.default(x, idx, out) is None
+
+
+def _moe_cpu_calls():
+    """(op, name of the first checked tensor, call) for every MoE op with CPU tensors."""
+    g = torch.randn(5, 16)
+    w = torch.empty(5, 2)
+    ids = torch.empty(5, 2, dtype=torch.int32)
+    x = torch.randn(5, 2, 32)
+    out = torch.empty(5, 32)
+    sorted_ids = torch.empty(10 + 17 * 3, dtype=torch.int32)
+    return [
+        ("topk_softmax", "gating_output", lambda: sgl_kernel.topk_softmax(w, ids, g)),
+        ("topk_sigmoid", "gating_output", lambda: sgl_kernel.topk_sigmoid(w, ids, g)),
+        ("moe_fused_gate", "input", lambda: sgl_kernel.moe_fused_gate(g, g[0], 2, 1, 2)),
+        ("kimi_k2_moe_fused_gate", "input", lambda: sgl_kernel.kimi_k2_moe_fused_gate(g, g[0], 2)),
+        ("moe_align_block_size", "topk_ids", lambda: sgl_kernel.moe_align_block_size(
+            ids, 17, 4, sorted_ids, torch.empty(16, dtype=torch.int32), torch.empty(1, dtype=torch.int32),
+            torch.empty(18, dtype=torch.int32))),
+        ("moe_sum", "input", lambda: sgl_kernel.moe_sum(x, out)),
+        ("moe_sum_reduce", "input", lambda: sgl_kernel.moe_sum_reduce(x, out, 2.0)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_moe_cpu_tensor_rejected(case):
+    op, name, call = _moe_cpu_calls()[case]
+    with raises_op_error(op, name, "CUDA tensor"):
+        call()
+
+
+@pytest.mark.parametrize("op", ["moe_fused_gate", "kimi_k2_moe_fused_gate"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fake_moe_fused_gate(op, dtype):
+    """The gate ops return [weights fp32 [T, topk], ids int32 [T, topk]] under FakeTensorMode."""
+    with FakeTensorMode():
+        x = torch.empty(37, 256, dtype=dtype, device="cuda")
+        bias = torch.empty(256, dtype=dtype, device="cuda")
+        if op == "moe_fused_gate":
+            out = sgl_kernel.moe_fused_gate(x, bias, 8, 4, 9, 1, 2.5, True)
+        else:
+            out = sgl_kernel.kimi_k2_moe_fused_gate(x, bias, 9)
+        assert isinstance(out, list) and len(out) == 2
+        w, ids = out
+        assert w.shape == (37, 9) and w.dtype == torch.float32 and w.device.type == "cuda"
+        assert ids.shape == (37, 9) and ids.dtype == torch.int32 and ids.device.type == "cuda"
+
+
+def test_fake_moe_inplace_ops():
+    """The ops that write their arguments run under FakeTensorMode (PyTorch's trivial fake)."""
+    with FakeTensorMode():
+        g = torch.empty(9, 64, dtype=torch.bfloat16, device="cuda")
+        w = torch.empty(9, 4, device="cuda")
+        ids = torch.empty(9, 4, dtype=torch.int32, device="cuda")
+        assert sgl_kernel.topk_softmax(w, ids, g, True) is None
+        assert sgl_kernel.topk_sigmoid(w, ids, g, True) is None
+        x = torch.empty(9, 4, 128, dtype=torch.float16, device="cuda")
+        out = torch.empty(9, 128, dtype=torch.float16, device="cuda")
+        assert sgl_kernel.moe_sum(x, out) is None
+        assert sgl_kernel.moe_sum_reduce(x, out, 2.5) is None
+        i32 = dict(dtype=torch.int32, device="cuda")
+        assert sgl_kernel.moe_align_block_size(
+            ids, 65, 16, torch.empty(36 + 65 * 15, **i32), torch.empty(64, **i32), torch.empty(1, **i32),
+            torch.empty(66, **i32), True) is None
 
 
 def test_relu_cpu_tensor_rejected():

@@ -98,6 +98,20 @@ def _dsv3(which):
     return OPS.dsv3_router_gemm.default, "dsv3_router_gemm", "output", [out, a, wt], 0
 
 
+def _topk_gating(which):
+    g = _rows((8, 64))
+    w = torch.empty((8, 4), device="cuda")
+    ids = torch.empty((8, 4), dtype=torch.int32, device="cuda")
+    index = {"topk_weights": 0, "topk_indices": 1}[which]
+    return OPS.topk_softmax.default, "topk_softmax", which, [w, ids, g, False, 0.0, None], index
+
+
+def _moe_sum(which):
+    x = _rows((8, 4, 256))
+    out = _rows((8, 256))
+    return OPS.moe_sum_reduce.default, "moe_sum_reduce", "output", [x, out, 2.5], 1
+
+
 CASES = {
     "rmsnorm-output": (_norm, "output"),
     "fused_add_rmsnorm-input": (_norm, "input"),
@@ -113,6 +127,9 @@ CASES = {
     "fused_add_rmsnorm_quant-residual": (_norm_quant, "residual"),
     "fused_add_rmsnorm_quant-output_s": (_norm_quant, "output_s"),
     "dsv3_router_gemm-output": (_dsv3, "output"),
+    "topk_softmax-topk_weights": (_topk_gating, "topk_weights"),
+    "topk_softmax-topk_indices": (_topk_gating, "topk_indices"),
+    "moe_sum_reduce-output": (_moe_sum, "output"),
 }
 
 

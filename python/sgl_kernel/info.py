@@ -34,6 +34,7 @@ FAMILY_MODULES = (
     "sgl_kernel.memory",
     "sgl_kernel.top_k",
     "sgl_kernel.gemm",
+    "sgl_kernel.moe",
     "sgl_kernel.allreduce",
 )
 

@@ -1,0 +1,422 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MoE family (API.md 2.4): expert routing, the token -> expert block layout of the fused MoE
+GEMMs, and the sum of each token's expert outputs."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+__all__ = [
+    "topk_softmax",
+    "topk_sigmoid",
+    "moe_fused_gate",
+    "kimi_k2_moe_fused_gate",
+    "moe_align_block_size",
+    "moe_sum",
+    "moe_sum_reduce",
+]
+
+FAMILY = "moe"
+# op name -> lowest arch with a kernel (API.md)
+OPS = {
+    "topk_softmax": 80,
+    "topk_sigmoid": 80,
+    "moe_fused_gate": 80,
+    "kimi_k2_moe_fused_gate": 80,
+    "moe_align_block_size": 80,
+    "moe_sum": 80,
+    "moe_sum_reduce": 80,
+}
+
+_topk_softmax = torch.ops.sgl_kernel.topk_softmax.default
+_topk_sigmoid = torch.ops.sgl_kernel.topk_sigmoid.default
+_moe_fused_gate = torch.ops.sgl_kernel.moe_fused_gate.default
+_kimi_k2_moe_fused_gate = torch.ops.sgl_kernel.kimi_k2_moe_fused_gate.default
+_moe_align_block_size = torch.ops.sgl_kernel.moe_align_block_size.default
+_moe_sum = torch.ops.sgl_kernel.moe_sum.default
+_moe_sum_reduce = torch.ops.sgl_kernel.moe_sum_reduce.default
+
+
+def _gate_outputs(input: torch.Tensor, topk: int) -> List[torch.Tensor]:
+    rows = input.shape[0] if input.dim() > 0 else 0
+    return [
+        torch.empty((rows, topk), dtype=torch.float32, device=input.device),
+        torch.empty((rows, topk), dtype=torch.int32, device=input.device),
+    ]
+
+
+@torch.library.register_fake("sgl_kernel::moe_fused_gate")
+def _moe_fused_gate_fake(input, bias, num_expert_group, topk_group, topk, num_fused_shared_experts,
+                         routed_scaling_factor, apply_routed_scaling_factor_on_output) -> List[torch.Tensor]:
+    return _gate_outputs(input, topk)
+
+
+@torch.library.register_fake("sgl_kernel::kimi_k2_moe_fused_gate")
+def _kimi_k2_moe_fused_gate_fake(input, bias, topk, renormalize, routed_scaling_factor,
+                                 apply_routed_scaling_factor_on_output) -> List[torch.Tensor]:
+    return _gate_outputs(input, topk)
+
+
+def topk_softmax(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    gating_output: torch.Tensor,
+    renormalize: bool = False,
+    moe_softcapping: float = 0.0,
+    correction_bias: Optional[torch.Tensor] = None,
+) -> None:
+    r"""Top-k experts of the softmax of each token's router logits (Mixtral, Qwen-MoE routing).
+
+    Per token ``t`` in fp32: ``z = gating_output[t]``; if ``moe_softcapping != 0``,
+    ``z = tanh(z / c) * c``; if ``correction_bias`` is given, ``z = z + bias``;
+    ``p = softmax(z)``. The k experts with the largest ``p`` are written to ``topk_ids[t]``
+    and their ``p`` to ``topk_weights[t]``; with ``renormalize`` the k weights are divided by
+    their sum.
+
+    Ties between equal keys go to the lower expert index, and the k experts are written in
+    descending key order, so the result is deterministic. A NaN key ranks below every number
+    (``-inf`` included): a NaN-gated expert is chosen only when fewer than k others are left.
+
+    Parameters
+    ----------
+    topk_weights : torch.Tensor
+        ``[T, k]`` fp32, written. Rows may have a pitch (last dim contiguous).
+    topk_ids : torch.Tensor
+        ``[T, k]`` int32 (int64 accepted), written. ``k`` is taken from these shapes,
+        ``1 <= k <= min(E, 128)``.
+    gating_output : torch.Tensor
+        ``[T, E]`` fp32/fp16/bf16, last dim contiguous, ``1 <= E <= 65536``.
+    renormalize : bool
+        Divide the k weights of a token by their sum.
+    moe_softcapping : float
+        ``c`` of the tanh soft cap; 0 turns it off.
+    correction_bias : torch.Tensor, optional
+        ``[E]`` fp32, added to the logits before the softmax.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable; no host sync.
+    """
+    _topk_softmax(topk_weights, topk_ids, gating_output, renormalize, moe_softcapping, correction_bias)
+
+
+def topk_sigmoid(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    gating_output: torch.Tensor,
+    renormalize: bool = False,
+    correction_bias: Optional[torch.Tensor] = None,
+) -> None:
+    r"""Top-k experts of the sigmoid of each token's router logits.
+
+    Per token ``t`` in fp32: ``p = sigmoid(gating_output[t])``; the selection key is
+    ``p + correction_bias`` (``p`` without a bias); the k experts with the largest key are
+    written to ``topk_ids[t]`` and their ``p`` (without the bias) to ``topk_weights[t]``;
+    with ``renormalize`` the k weights are divided by their sum.
+
+    Ties between equal keys go to the lower expert index, and the k experts are written in
+    descending key order, so the result is deterministic. A NaN key ranks below every number
+    (``-inf`` included): a NaN-gated expert is chosen only when fewer than k others are left.
+
+    Parameters
+    ----------
+    topk_weights : torch.Tensor
+        ``[T, k]`` fp32, written. Rows may have a pitch (last dim contiguous).
+    topk_ids : torch.Tensor
+        ``[T, k]`` int32 (int64 accepted), written; ``1 <= k <= min(E, 128)``.
+    gating_output : torch.Tensor
+        ``[T, E]`` fp32/fp16/bf16, last dim contiguous, ``1 <= E <= 65536``.
+    renormalize : bool
+        Divide the k weights of a token by their sum.
+    correction_bias : torch.Tensor, optional
+        ``[E]`` fp32, added to the selection key only.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable; no host sync.
+    """
+    _topk_sigmoid(topk_weights, topk_ids, gating_output, renormalize, correction_bias)
+
+
+def moe_fused_gate(
+    input_tensor: torch.Tensor,
+    bias: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    num_fused_shared_experts: int = 0,
+    routed_scaling_factor: float = 0,
+    apply_routed_scaling_factor_on_output: bool = False,
+) -> List[torch.Tensor]:
+    r"""DeepSeek-V3 grouped routing: ``[weights, ids]`` of each token's experts.
+
+    Per token, in fp32: ``s = sigmoid(input)``, ``b = s + bias``. The E experts form
+    ``num_expert_group`` contiguous groups; a group's score is the sum of its two largest ``b``;
+    the ``topk_group`` best groups are kept (ties: lower group). Among their experts
+    ``kr = topk - num_fused_shared_experts`` are chosen by ``b`` (ties: lower index; written in
+    descending ``b`` order); their weights are ``s``, ``S = sum(s)``. Shared expert ``j`` gets
+    id ``E + j`` at position ``kr + j`` and weight ``S / routed_scaling_factor``. Every weight
+    is then divided by ``S``, and multiplied by ``routed_scaling_factor`` when
+    ``apply_routed_scaling_factor_on_output``. The factor is used literally: the default 0
+    gives shared weights of ``inf``.
+
+    Parameters
+    ----------
+    input_tensor : torch.Tensor
+        ``[T, E]`` fp32/fp16/bf16, contiguous; E a power of two, at most 1024.
+    bias : torch.Tensor
+        ``[E]``, dtype of ``input_tensor``, contiguous.
+    num_expert_group : int
+        Divides E into groups of at most 32 experts (1: no group step, any E).
+    topk_group : int
+        ``1 <= topk_group <= num_expert_group``.
+    topk : int
+        Experts per token including the shared ones, at most 32.
+    num_fused_shared_experts : int
+        ``0 <= num_fused_shared_experts < topk``.
+    routed_scaling_factor : float
+    apply_routed_scaling_factor_on_output : bool
+
+    Returns
+    -------
+    list of torch.Tensor
+        ``[weights fp32 [T, topk], ids int32 [T, topk]]``, new tensors.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable; no host sync.
+    """
+    return _moe_fused_gate(input_tensor, bias, num_expert_group, topk_group, topk, num_fused_shared_experts,
+                           routed_scaling_factor, apply_routed_scaling_factor_on_output)
+
+
+def kimi_k2_moe_fused_gate(
+    input_tensor: torch.Tensor,
+    bias: torch.Tensor,
+    topk: int,
+    renormalize: bool = True,
+    routed_scaling_factor: float = 1.0,
+    apply_routed_scaling_factor_on_output: bool = False,
+) -> List[torch.Tensor]:
+    r"""Kimi-K2 routing (one group of 384 experts): ``[weights, ids]`` of each token's experts.
+
+    Per token, in fp32: ``s = sigmoid(input)``; the ``topk`` experts with the largest
+    ``s + bias`` are chosen (ties: lower index; descending order); their weights are ``s``,
+    divided by their sum when ``renormalize``, then multiplied by ``routed_scaling_factor``
+    when ``apply_routed_scaling_factor_on_output``.
+
+    Parameters
+    ----------
+    input_tensor : torch.Tensor
+        ``[T, E]`` fp32/fp16/bf16, contiguous (E = 384 for Kimi-K2; any E up to 1024 works).
+    bias : torch.Tensor
+        ``[E]``, dtype of ``input_tensor``, contiguous.
+    topk : int
+        At most 32 and at most E.
+    renormalize : bool
+    routed_scaling_factor : float
+    apply_routed_scaling_factor_on_output : bool
+
+    Returns
+    -------
+    list of torch.Tensor
+        ``[weights fp32 [T, topk], ids int32 [T, topk]]``, new tensors.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable; no host sync.
+    """
+    return _kimi_k2_moe_fused_gate(input_tensor, bias, topk, renormalize, routed_scaling_factor,
+                                   apply_routed_scaling_factor_on_output)
+
+
+def moe_align_block_size(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    block_size: int,
+    sorted_token_ids: torch.Tensor,
+    experts_ids: torch.Tensor,
+    num_tokens_post_pad: torch.Tensor,
+    cumsum_buffer: torch.Tensor,
+    pad_sorted_token_ids: bool = False,
+) -> None:
+    r"""Group the flat (token, slot) entries of ``topk_ids`` by expert into blocks of
+    ``block_size`` rows, the layout of the fused MoE GEMMs.
+
+    Entry ``i`` of ``topk_ids.flatten()`` belongs to bucket ``e = topk_ids.flat[i] + 1``
+    (ids in ``[-1, E)``, -1 marking a token not handled on this rank; callers pass
+    ``num_experts = E + 1``). With ``c_e`` entries in bucket ``e``, ``c'_e`` that count rounded
+    up to a multiple of ``block_size`` and ``o_e = sum(c'_{e'} for e' < e)``:
+
+    - ``num_tokens_post_pad[0] = sum(c'_e)``;
+    - ``sorted_token_ids[o_e : o_e + c_e]`` = the flat indices of bucket ``e``;
+    - ``experts_ids[j] = e - 1`` for every block ``j`` of bucket ``e`` (-1: dropped tokens);
+    - with ``pad_sorted_token_ids`` every other entry of ``sorted_token_ids`` is set to
+      ``topk_ids.numel()``; without it they are left as they were.
+
+    ``cumsum_buffer`` is scratch. An id outside ``[-1, E)`` is dropped (its entry is placed
+    nowhere); with ``SGL_KERNEL_DEBUG=1`` it raises ``RuntimeError`` (the op synchronises).
+
+    Parameters
+    ----------
+    topk_ids : torch.Tensor
+        ``[T, k]`` int32 (int64 accepted), contiguous.
+    num_experts : int
+        Buckets, E + 1; at most 4096.
+    block_size : int
+    sorted_token_ids : torch.Tensor
+        int32, written; at least ``numel + min(numel, num_experts) * (block_size - 1)``
+        entries (the largest padded total; API.md asks for ``numel + num_experts *
+        (block_size - 1)``, which is never less).
+    experts_ids : torch.Tensor
+        int32, written; at least ``ceil(P / block_size)`` entries for that minimum ``P``.
+    num_tokens_post_pad : torch.Tensor
+        int32 ``[1]``, written.
+    cumsum_buffer : torch.Tensor
+        int32, at least ``num_experts + 1`` entries, scratch (written).
+    pad_sorted_token_ids : bool
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable; no host sync (except in debug mode).
+    """
+    _moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
+                          cumsum_buffer, pad_sorted_token_ids)
+
+
+def moe_sum(input_tensor: torch.Tensor, output_tensor: torch.Tensor) -> None:
+    r"""``output[t] = sum(input[t, j] for j in range(topk))``: the sum of each token's expert
+    outputs, in fp32 in order of ``j``, rounded once.
+
+    Parameters
+    ----------
+    input_tensor : torch.Tensor
+        ``[T, topk, H]`` fp32/fp16/bf16, last dim contiguous (other strides free).
+    output_tensor : torch.Tensor
+        ``[T, H]``, dtype of the input, last dim contiguous, written.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable.
+    """
+    _moe_sum(input_tensor, output_tensor)
+
+
+def moe_sum_reduce(input_tensor: torch.Tensor, output_tensor: torch.Tensor, routed_scaling_factor: float = 0) -> None:
+    r"""``output[t] = routed_scaling_factor * sum(input[t, j] for j in range(topk))``, summed in
+    fp32 in order of ``j``, one rounding. The factor is used literally (the default 0 gives
+    zeros, and NaN or inf where the sum is NaN or inf).
+
+    Parameters
+    ----------
+    input_tensor : torch.Tensor
+        ``[T, topk, H]`` fp32/fp16/bf16, last dim contiguous (other strides free).
+    output_tensor : torch.Tensor
+        ``[T, H]``, dtype of the input, last dim contiguous, written.
+    routed_scaling_factor : float
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable.
+    """
+    _moe_sum_reduce(input_tensor, output_tensor, float(routed_scaling_factor))
+
+
+def self_checks() -> Dict[str, Callable[[], None]]:
+    """Small end-to-end checks for ``python -m sgl_kernel`` against torch."""
+
+    def check_topk_softmax() -> None:
+        # distinct logits: torch.topk's order among ties is unspecified
+        g = torch.randperm(37 * 64, device="cuda").view(37, 64).float() / 256 - 4
+        w = torch.empty(37, 6, device="cuda")
+        ids = torch.empty(37, 6, device="cuda", dtype=torch.int32)
+        topk_softmax(w, ids, g, renormalize=False)
+        ref_w, ref_ids = torch.softmax(g, -1).topk(6, dim=-1)
+        torch.testing.assert_close(w, ref_w, rtol=1e-5, atol=1e-6)
+        if not torch.equal(ids.long(), ref_ids):
+            raise AssertionError("topk_softmax: expert ids differ from torch.topk")
+
+    def check_topk_sigmoid() -> None:
+        g = torch.randperm(37 * 128, device="cuda").view(37, 128).float() / 512 - 4
+        bias = torch.arange(128, device="cuda").float() * 1e-3
+        w = torch.empty(37, 8, device="cuda")
+        ids = torch.empty(37, 8, device="cuda", dtype=torch.int32)
+        topk_sigmoid(w, ids, g, renormalize=True, correction_bias=bias)
+        p = torch.sigmoid(g)
+        ref_ids = (p + bias).topk(8, dim=-1).indices
+        ref_w = p.gather(1, ref_ids)
+        torch.testing.assert_close(w, ref_w / ref_w.sum(-1, keepdim=True), rtol=1e-5, atol=1e-6)
+        if not torch.equal(ids.long(), ref_ids):
+            raise AssertionError("topk_sigmoid: expert ids differ from torch.topk")
+
+    def check_moe_fused_gate() -> None:
+        x = torch.randn(19, 256, device="cuda")
+        bias = torch.randn(256, device="cuda") * 0.1
+        w, ids = moe_fused_gate(x, bias, 8, 4, 8, 0, 2.5, True)
+        s = torch.sigmoid(x)
+        b = s + bias
+        group_score = b.view(19, 8, 32).topk(2, dim=-1).values.sum(-1)
+        keep = torch.zeros(19, 8, device="cuda", dtype=torch.bool)
+        keep.scatter_(1, group_score.topk(4, dim=-1).indices, True)
+        masked = b.masked_fill(~keep.repeat_interleave(32, dim=1), float("-inf"))
+        ref_ids = masked.topk(8, dim=-1).indices
+        ref_w = s.gather(1, ref_ids)
+        ref_w = ref_w / ref_w.sum(-1, keepdim=True) * 2.5
+        if not torch.equal(ids.long(), ref_ids):
+            raise AssertionError("moe_fused_gate: expert ids differ from the grouped top-k")
+        torch.testing.assert_close(w, ref_w, rtol=1e-5, atol=1e-6)
+
+    def check_kimi_k2_moe_fused_gate() -> None:
+        x = torch.randperm(19 * 384, device="cuda").view(19, 384).float() / 1024 - 3
+        bias = torch.zeros(384, device="cuda")
+        w, ids = kimi_k2_moe_fused_gate(x, bias, 8, True, 2.5, True)
+        s = torch.sigmoid(x)
+        ref_ids = s.topk(8, dim=-1).indices
+        ref_w = s.gather(1, ref_ids)
+        if not torch.equal(ids.long(), ref_ids):
+            raise AssertionError("kimi_k2_moe_fused_gate: expert ids differ from torch.topk")
+        torch.testing.assert_close(w, ref_w / ref_w.sum(-1, keepdim=True) * 2.5, rtol=1e-5, atol=1e-6)
+
+    def check_moe_align_block_size() -> None:
+        experts, block = 16, 8
+        ids = torch.randint(-1, experts, (45, 4), device="cuda", dtype=torch.int32)
+        cap = ids.numel() + (experts + 1) * (block - 1)
+        sorted_ids = torch.empty(cap, device="cuda", dtype=torch.int32)
+        expert_ids = torch.empty((cap + block - 1) // block, device="cuda", dtype=torch.int32)
+        total = torch.empty(1, device="cuda", dtype=torch.int32)
+        cumsum = torch.empty(experts + 2, device="cuda", dtype=torch.int32)
+        moe_align_block_size(ids, experts + 1, block, sorted_ids, expert_ids, total, cumsum, True)
+        counts = torch.bincount(ids.flatten().long() + 1, minlength=experts + 1)
+        padded = (counts + block - 1) // block * block
+        if int(total) != int(padded.sum()):
+            raise AssertionError("moe_align_block_size: wrong padded total")
+        start = 0
+        flat = ids.flatten()
+        for e in range(experts + 1):
+            got = sorted_ids[start : start + int(counts[e])].sort().values
+            want = (flat == e - 1).nonzero().flatten().to(torch.int32)
+            if not torch.equal(got, want) or bool((expert_ids[start // block : (start + int(padded[e])) // block] != e - 1).any()):
+                raise AssertionError(f"moe_align_block_size: bucket {e} differs")
+            if bool((sorted_ids[start + int(counts[e]) : start + int(padded[e])] != ids.numel()).any()):
+                raise AssertionError(f"moe_align_block_size: bucket {e} padding is not numel")
+            start += int(padded[e])
+
+    def check_moe_sum() -> None:
+        x = torch.randn(33, 8, 2050, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(33, 2050, device="cuda", dtype=torch.bfloat16)
+        moe_sum(x, out)
+        torch.testing.assert_close(out, x.float().sum(1).bfloat16(), rtol=1e-2, atol=1e-2)
+        moe_sum_reduce(x, out, 2.5)
+        torch.testing.assert_close(out, (x.float().sum(1) * 2.5).bfloat16(), rtol=1e-2, atol=1e-2)
+
+    return {
+        "topk_softmax": check_topk_softmax,
+        "topk_sigmoid": check_topk_sigmoid,
+        "moe_fused_gate": check_moe_fused_gate,
+        "moe_align_block_size": check_moe_align_block_size,
+        "moe_sum": check_moe_sum,
+        "moe_sum_reduce": check_moe_sum,
+        "kimi_k2_moe_fused_gate": check_kimi_k2_moe_fused_gate,
+    }
