@@ -22,11 +22,18 @@
 //   * num_experts <= 1024 (every MoE router of today): a group of kLanes lanes per row, the row
 //     in registers (kPerLane elements a lane, 16- or 8-byte vector loads when the gate's
 //     pointer, row pitch and row length allow it, scalar loads otherwise), several rows per
-//     128-thread block. k rounds of a group argmax on (key, expert): redux.sync max / min for
-//     groups of 16 and 32 lanes, an xor-shuffle butterfly for smaller groups, no exchange for
-//     one lane; the winning lane records (expert, value) in shared memory, takes the slot and
-//     rescans its own kPerLane keys (a tree: the lower slot wins ties). Then the group's lanes
-//     compute and store the weights, k / kLanes each.
+//     128-thread block. Up to 128 experts with k <= 8 (Mixtral, Qwen-MoE): sort and merge on
+//     the unique 64-bit composite (key << 32 | 0xffffffff - expert), whose descending order is
+//     the selection order: each lane sorts its slots (bitonic network) into a list of kList = 8
+//     composites, then log2(kLanes) rounds exchange the list with the xor-partner lane
+//     (shuffles) and keep the top kList of the two (bitonic merge), so that every lane ends with
+//     the group's top list; lane g stores output slots g, g + kLanes, ... from it. No shared
+//     memory, no serial dependence on k. Otherwise: k rounds of a group argmax on (key, expert):
+//     redux.sync max / min for groups of 16 and 32 lanes, an xor-shuffle butterfly for smaller
+//     groups, no exchange for one lane; the winning lane records (expert, value) in shared
+//     memory, takes the slot and rescans its own kPerLane keys (a tree: the lower slot wins
+//     ties). Both store the same weights (the same arithmetic and summation order), k / kLanes
+//     a lane. (launch_rows_for_k's NOTE: where each path won.)
 //   * larger rows (up to kMaxGatingExperts): a 512-thread block per row runs a radix select
 //     over the unique 48-bit composite (key << 16 | 0xFFFF - expert), 8-bit digits from the
 //     top, stopping as soon as every element of the chosen bin is needed; exactly k elements
@@ -190,6 +197,62 @@ __device__ __forceinline__ void lane_best(const uint32_t (&key)[N], uint32_t& be
   best_slot = s[0];
 }
 
+// ---- Sort-and-merge selection (k <= kList) ----
+// Every slot becomes a unique 64-bit composite (key << 32) | (0xffffffff - expert): a larger
+// composite is a larger key, or the lower expert on an equal key, i.e. exactly the selection
+// order. Slots past the row's end have key kTaken (0) and their own (unused) expert index, so
+// they are unique too and below every element of the row; list padding is 0, below those.
+__device__ __forceinline__ uint64_t slot_composite(uint32_t key, uint32_t expert) {
+  return (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(0xffffffffu - expert);
+}
+
+// Compare-exchange: a gets the larger, b the smaller.
+__device__ __forceinline__ void cmp_swap(uint64_t& a, uint64_t& b) {
+  const uint64_t hi = a > b ? a : b;
+  const uint64_t lo = a > b ? b : a;
+  a = hi;
+  b = lo;
+}
+
+// Bitonic sort of v[kOff, kOff + N), descending (N a power of two).
+template <int N, int kOff = 0, int M>
+__device__ __forceinline__ void sort_desc(uint64_t (&v)[M]) {
+  static_assert((N & (N - 1)) == 0 && kOff + N <= M, "sort size");
+#pragma unroll
+  for (int size = 2; size <= N; size *= 2) {
+#pragma unroll
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int j = i ^ stride;
+        if (j > i) {
+          if ((i & size) == 0) {
+            cmp_swap(v[kOff + i], v[kOff + j]);  // descending run
+          } else {
+            cmp_swap(v[kOff + j], v[kOff + i]);  // ascending run (merged by the next size)
+          }
+        }
+      }
+    }
+  }
+}
+
+// a = the N largest of a and b (both sorted descending; N a power of two), sorted descending:
+// max(a[i], b[N-1-i]) holds the N largest as a bitonic sequence, a half cleaner sorts it. The
+// composites are unique (0-padding aside), so every caller of a pair gets the same list.
+template <int N>
+__device__ __forceinline__ void merge_top(uint64_t (&a)[N], const uint64_t (&b)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = a[i] > b[N - 1 - i] ? a[i] : b[N - 1 - i];
+#pragma unroll
+  for (int stride = N / 2; stride > 0; stride /= 2) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if ((i & stride) == 0) cmp_swap(a[i], a[i + stride]);
+    }
+  }
+}
+
 // Lane g of a row's kLanes holds kChunks vectors of kVec elements: vector c * kLanes + g of the
 // row, i.e. slot s = c * kVec + i is expert (c * kLanes + g) * kVec + i.
 template <int kVec, int kLanes>
@@ -197,7 +260,7 @@ __device__ __forceinline__ uint32_t slot_expert(int slot, int g) {
   return static_cast<uint32_t>(((slot / kVec) * kLanes + g) * kVec + slot % kVec);
 }
 
-template <typename T, int kVec, int kLanes, int kPerLane, int kThreads>
+template <typename T, int kVec, int kLanes, int kPerLane, int kList, int kThreads>
 __global__ void __launch_bounds__(kThreads) topk_gating_rows_kernel(const TopkGatingParams p, const int64_t row0) {
   static_assert(kPerLane % kVec == 0 && 32 % kLanes == 0 && kThreads % 32 == 0, "layout");
   constexpr int kChunks = kPerLane / kVec;
@@ -250,8 +313,10 @@ __global__ void __launch_bounds__(kThreads) topk_gating_rows_kernel(const TopkGa
   }
 
   float m = 0.f, sum = 1.f;
-  if (!use_sigmoid) {
-    // fmaxf semantics: the largest number (NaN keys are below every number); NaN only if all are.
+  // softmax: m = fmaxf semantics: the largest number (NaN keys are below every number); NaN only
+  // if all are. NOTE: on the sort path this runs for sigmoid too (its weights ignore m and sum):
+  // without a branch around it, the scheduler interleaves these reductions with the sort.
+  if (kList > 0 || !use_sigmoid) {
     m = key_value(group_max<kLanes>(local_max, mask));
     float part = 0.f;
 #pragma unroll
@@ -261,58 +326,126 @@ __global__ void __launch_bounds__(kThreads) topk_gating_rows_kernel(const TopkGa
     sum = group_sum<kLanes>(part, mask);
   }
 
-  Sel* __restrict__ sel = sel_all + static_cast<int64_t>(row_in_block) * k;  // [k]
-  uint32_t best_key;
-  int best_slot;
-  lane_best(key, best_key, best_slot);
-  for (int r = 0; r < k; ++r) {
-    const uint32_t expert = slot_expert<kVec, kLanes>(best_slot, g);
-    uint32_t win_key, win_expert;
-    group_argmax<kLanes>(best_key, expert, mask, win_key, win_expert);
-    if (expert == win_expert) {  // this lane owns the winner: record it, take it, rescan
-      sel[r] = Sel{win_expert, win_key};
+  if constexpr (kList > 0) {
+    // k <= kList: every lane builds its own top kList, sorted; xor-partner lanes exchange and
+    // merge theirs (log2(kLanes) rounds), after which every lane holds the group's top kList.
+    constexpr int L = kList;
+    uint64_t v[kPerLane];
 #pragma unroll
-      for (int s = 0; s < kPerLane; ++s) {
-        if (s == best_slot) key[s] = kTaken;
+    for (int s = 0; s < kPerLane; ++s) v[s] = slot_composite(key[s], slot_expert<kVec, kLanes>(s, g));
+    uint64_t top[L];
+    if constexpr (kPerLane <= L) {
+      sort_desc<kPerLane>(v);
+#pragma unroll
+      for (int i = 0; i < L; ++i) top[i] = i < kPerLane ? v[i] : uint64_t{0};
+    } else {
+#pragma unroll
+      for (int i = 0; i < L; ++i) top[i] = v[i];
+      sort_desc<L>(top);
+#pragma unroll
+      for (int c = 1; c < kPerLane / L; ++c) {
+        uint64_t t[L];
+#pragma unroll
+        for (int i = 0; i < L; ++i) t[i] = v[c * L + i];
+        sort_desc<L>(t);
+        merge_top(top, t);
       }
-      lane_best(key, best_key, best_slot);
     }
-  }
-  __syncwarp(mask);
+#pragma unroll
+    for (int o = 1; o < kLanes; o <<= 1) {
+      uint64_t other[L];
+#pragma unroll
+      for (int i = 0; i < L; ++i) other[i] = __shfl_xor_sync(mask, top[i], o);
+      merge_top(top, other);
+    }
 
-  // Lane g: output slots g, g + kLanes, ...; the weight's source is the key's value, except for
-  // sigmoid with bias (key p + bias): the gate, read again (an L1 hit: this warp just loaded it).
-  float total = 1.f;
-  if (p.renormalize) {
+    // Lane g: output slots j = g, g + kLanes, ... < k, from the list (same weight arithmetic and
+    // summation order as the round loop below).
+    constexpr int kOut = (L + kLanes - 1) / kLanes;
+    float w[kOut];
+    uint32_t ex[kOut];
     float part = 0.f;
+#pragma unroll
+    for (int r = 0; r < kOut; ++r) {
+      const int j = r * kLanes + g;
+      uint64_t c = top[0];
+#pragma unroll
+      for (int i = 1; i < L; ++i) c = i == j ? top[i] : c;
+      ex[r] = 0xffffffffu - static_cast<uint32_t>(c);
+      w[r] = 0.f;
+      if (j < k) {
+        const float v = use_sigmoid && has_bias ? to_float(x_row[ex[r]]) : key_value(static_cast<uint32_t>(c >> 32));
+        w[r] = selected_weight(v, use_sigmoid, m, sum);
+        part += w[r];
+      }
+    }
+    float total = 1.f;
+    if (p.renormalize) total = group_sum<kLanes>(part, mask);
+    float* __restrict__ w_row = p.weights + row * p.weights_stride;  // [k]
+    const int64_t id_row = row * p.ids_stride;
+#pragma unroll
+    for (int r = 0; r < kOut; ++r) {
+      const int j = r * kLanes + g;
+      if (j < k) {
+        w_row[j] = p.renormalize ? __fdiv_rn(w[r], total) : w[r];
+        store_id(p, id_row + j, ex[r]);
+      }
+    }
+  } else {
+    // k > kList: k rounds of a group argmax.
+    Sel* __restrict__ sel = sel_all + static_cast<int64_t>(row_in_block) * k;  // [k]
+    uint32_t best_key;
+    int best_slot;
+    lane_best(key, best_key, best_slot);
+    for (int r = 0; r < k; ++r) {
+      const uint32_t expert = slot_expert<kVec, kLanes>(best_slot, g);
+      uint32_t win_key, win_expert;
+      group_argmax<kLanes>(best_key, expert, mask, win_key, win_expert);
+      if (expert == win_expert) {  // this lane owns the winner: record it, take it, rescan
+        sel[r] = Sel{win_expert, win_key};
+#pragma unroll
+        for (int s = 0; s < kPerLane; ++s) {
+          if (s == best_slot) key[s] = kTaken;
+        }
+        lane_best(key, best_key, best_slot);
+      }
+    }
+    __syncwarp(mask);
+
+    // Lane g: output slots g, g + kLanes, ...; the weight's source is the key's value, except for
+    // sigmoid with bias (key p + bias): the gate, read again (an L1 hit: this warp just loaded it).
+    float total = 1.f;
+    if (p.renormalize) {
+      float part = 0.f;
+      for (int j = g; j < k; j += kLanes) {
+        const Sel e = sel[j];
+        const float v = use_sigmoid && has_bias ? to_float(x_row[e.expert]) : key_value(e.key);
+        part += selected_weight(v, use_sigmoid, m, sum);
+      }
+      total = group_sum<kLanes>(part, mask);
+    }
+    float* __restrict__ w_row = p.weights + row * p.weights_stride;  // [k]
+    const int64_t id_row = row * p.ids_stride;
     for (int j = g; j < k; j += kLanes) {
       const Sel e = sel[j];
       const float v = use_sigmoid && has_bias ? to_float(x_row[e.expert]) : key_value(e.key);
-      part += selected_weight(v, use_sigmoid, m, sum);
+      float w = selected_weight(v, use_sigmoid, m, sum);
+      if (p.renormalize) w = __fdiv_rn(w, total);
+      w_row[j] = w;
+      store_id(p, id_row + j, e.expert);
     }
-    total = group_sum<kLanes>(part, mask);
-  }
-  float* __restrict__ w_row = p.weights + row * p.weights_stride;  // [k]
-  const int64_t id_row = row * p.ids_stride;
-  for (int j = g; j < k; j += kLanes) {
-    const Sel e = sel[j];
-    const float v = use_sigmoid && has_bias ? to_float(x_row[e.expert]) : key_value(e.key);
-    float w = selected_weight(v, use_sigmoid, m, sum);
-    if (p.renormalize) w = __fdiv_rn(w, total);
-    w_row[j] = w;
-    store_id(p, id_row + j, e.expert);
   }
 }
 
-template <typename T, int kVec, int kLanes, int kPerLane>
+template <typename T, int kVec, int kLanes, int kPerLane, int kList>
 cudaError_t launch_rows(const TopkGatingParams& p, cudaStream_t stream) {
   constexpr int kThreads = 128;
   constexpr int kRowsPerBlock = kThreads / kLanes;
-  const size_t smem = static_cast<size_t>(kRowsPerBlock) * p.k * sizeof(Sel);
+  const size_t smem = kList > 0 ? 0 : static_cast<size_t>(kRowsPerBlock) * p.k * sizeof(Sel);
   const int64_t rows_per_launch = kMaxGridX * kRowsPerBlock;
   for (int64_t row0 = 0; row0 < p.num_tokens; row0 += rows_per_launch) {
     const int64_t rows = p.num_tokens - row0 < rows_per_launch ? p.num_tokens - row0 : rows_per_launch;
-    SGL_CUDA_TRY(launch_kernel(topk_gating_rows_kernel<T, kVec, kLanes, kPerLane, kThreads>,
+    SGL_CUDA_TRY(launch_kernel(topk_gating_rows_kernel<T, kVec, kLanes, kPerLane, kList, kThreads>,
                                dim3(static_cast<uint32_t>(ceil_div<int64_t>(rows, kRowsPerBlock))), dim3(kThreads),
                                smem, stream, p.enable_pdl, p, row0));
   }
@@ -320,18 +453,39 @@ cudaError_t launch_rows(const TopkGatingParams& p, cudaStream_t stream) {
 }
 
 // Lanes per row and elements per lane by row length: 8 elements a lane up to 256 experts (one
-// 16-byte load of a 16-bit gate), then 16 and 32 on a whole warp.
+// 16-byte load of a 16-bit gate), then 16 and 32 on a whole warp; the round loop (kList = 0).
 template <typename T, int kVec>
-cudaError_t launch_rows_for(const TopkGatingParams& p, cudaStream_t stream) {
+cudaError_t launch_rows_rounds(const TopkGatingParams& p, cudaStream_t stream) {
   const int e = p.num_experts;
-  if (e <= 8) return launch_rows<T, kVec, 1, 8>(p, stream);
-  if (e <= 16) return launch_rows<T, kVec, 2, 8>(p, stream);
-  if (e <= 32) return launch_rows<T, kVec, 4, 8>(p, stream);
-  if (e <= 64) return launch_rows<T, kVec, 8, 8>(p, stream);
-  if (e <= 128) return launch_rows<T, kVec, 16, 8>(p, stream);
-  if (e <= 256) return launch_rows<T, kVec, 32, 8>(p, stream);
-  if (e <= 512) return launch_rows<T, kVec, 32, 16>(p, stream);
-  return launch_rows<T, kVec, 32, 32>(p, stream);
+  if (e <= 8) return launch_rows<T, kVec, 1, 8, 0>(p, stream);
+  if (e <= 16) return launch_rows<T, kVec, 2, 8, 0>(p, stream);
+  if (e <= 32) return launch_rows<T, kVec, 4, 8, 0>(p, stream);
+  if (e <= 64) return launch_rows<T, kVec, 8, 8, 0>(p, stream);
+  if (e <= 128) return launch_rows<T, kVec, 16, 8, 0>(p, stream);
+  if (e <= 256) return launch_rows<T, kVec, 32, 8, 0>(p, stream);
+  if (e <= 512) return launch_rows<T, kVec, 32, 16, 0>(p, stream);
+  return launch_rows<T, kVec, 32, 32, 0>(p, stream);
+}
+
+// The selection: sort and merge of 8-entry lists for up to 128 experts and k <= 8, the round
+// loop otherwise.
+// NOTE (H200, bench_topk_gating.py, bf16, us, round loop -> sort and merge, same kernels
+// otherwise): E=128 k=8 T = 1 / 16 / 128 / 16384 3.57 / 4.84 / 4.90 / 16.41 -> 2.47 / 2.51 /
+// 2.58 / 16.48; E=8 k=2 T = 1 / 128 / 16384 1.91 / 2.28 / 2.39 -> 1.94 / 1.99 / 2.09; E=60 k=4
+// T=4096 3.17 -> 3.18. Not taken: a whole warp a row, E=256 sigmoid k=8 T = 1 / 128 / 16384
+// 3.02 / 3.11 / 25.70 -> 3.00 / 3.11 / 38.59 (the merge's five rounds cost more than they save),
+// and 16-entry lists, E=512 k=10 T=8192 24.20 -> 45.69.
+template <typename T, int kVec>
+cudaError_t launch_rows_for_k(const TopkGatingParams& p, cudaStream_t stream) {
+  const int e = p.num_experts;
+  if (p.k <= 8 && e <= 128) {
+    if (e <= 8) return launch_rows<T, kVec, 1, 8, 8>(p, stream);
+    if (e <= 16) return launch_rows<T, kVec, 2, 8, 8>(p, stream);
+    if (e <= 32) return launch_rows<T, kVec, 4, 8, 8>(p, stream);
+    if (e <= 64) return launch_rows<T, kVec, 8, 8, 8>(p, stream);
+    return launch_rows<T, kVec, 16, 8, 8>(p, stream);
+  }
+  return launch_rows_rounds<T, kVec>(p, stream);
 }
 constexpr int kRowsMaxExperts = 1024;
 
@@ -593,11 +747,11 @@ cudaError_t launch_typed(const TopkGatingParams& p, cudaStream_t stream) {
   constexpr int kElt = static_cast<int>(sizeof(T));
   switch (vector_bytes(p, kElt)) {
     case 16:
-      return launch_rows_for<T, 16 / kElt>(p, stream);
+      return launch_rows_for_k<T, 16 / kElt>(p, stream);
     case 8:
-      return launch_rows_for<T, 8 / kElt>(p, stream);
+      return launch_rows_for_k<T, 8 / kElt>(p, stream);
     default:
-      return launch_rows_for<T, 1>(p, stream);
+      return launch_rows_for_k<T, 1>(p, stream);
   }
 }
 
