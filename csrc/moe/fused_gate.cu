@@ -48,6 +48,7 @@
 #include "moe/moe.h"
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/order_key.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
 #include "sgl_kernel/words.cuh"
@@ -68,13 +69,9 @@ constexpr uint32_t kNanKey = 1;
 
 enum class Groups { kNone, kChunk, kElement };
 
-// Order-preserving key of a float: -inf < ... < -0 < +0 < ... < +inf map to increasing
-// unsigned keys (b is never -0: s >= +0 and +0 + -0 is +0); NaN maps to kNanKey.
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
-  const uint32_t k = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
-  return f != f ? kNanKey : k;
-}
+// Order-preserving key of a float (sgl_kernel/order_key.cuh): -inf < ... < +inf map to
+// increasing unsigned keys; NaN maps to kNanKey.
+__device__ __forceinline__ uint32_t order_key(float f) { return float_order_key<kNanKey>(f); }
 
 // 1 / (1 + 2^(-x log2 e)): ex2.approx.ftz (one MUFU; results below 2^-126 flush to 0, which
 // changes 1 + e by nothing) and the approximate reciprocal (0 for e >= 2^126).

@@ -28,6 +28,7 @@
 
 #include "moe/moe.h"
 #include "sgl_kernel/arch.cuh"
+#include "sgl_kernel/chunk_bytes.h"
 #include "sgl_kernel/fastdiv.cuh"
 #include "sgl_kernel/launch.cuh"
 #include "sgl_kernel/types.cuh"
@@ -257,14 +258,12 @@ cudaError_t launch_width(const MoeSumParams& p, cudaStream_t stream) {
 template <typename T>
 int chunk_bytes(const MoeSumParams& p) {
   constexpr int64_t kElem = sizeof(T);
-  uint64_t bits = 16 | reinterpret_cast<uintptr_t>(p.out) | static_cast<uint64_t>(p.hidden * kElem);
-  if (p.topk > 0) bits |= reinterpret_cast<uintptr_t>(p.input);
-  if (p.num_tokens > 1) {
-    bits |= static_cast<uint64_t>(p.out_stride * kElem);
-    if (p.topk > 0) bits |= static_cast<uint64_t>(p.in_token_stride * kElem);
-  }
-  if (p.topk > 1) bits |= static_cast<uint64_t>(p.in_k_stride * kElem);
-  return static_cast<int>(bits & (~bits + 1));  // lowest set bit, <= 16
+  const auto address = [](const void* ptr) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr)); };
+  return sgl_kernel::chunk_bytes({address(p.out), static_cast<uint64_t>(p.hidden * kElem),
+                                  p.topk > 0 ? address(p.input) : 0,
+                                  p.num_tokens > 1 ? static_cast<uint64_t>(p.out_stride * kElem) : 0,
+                                  p.num_tokens > 1 && p.topk > 0 ? static_cast<uint64_t>(p.in_token_stride * kElem) : 0,
+                                  p.topk > 1 ? static_cast<uint64_t>(p.in_k_stride * kElem) : 0});
 }
 
 template <typename T, bool kSmall>

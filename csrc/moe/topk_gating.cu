@@ -47,6 +47,7 @@
 #include "moe/moe.h"
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/order_key.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/types.cuh"
 #include "sgl_kernel/vec.cuh"
@@ -61,12 +62,7 @@ constexpr uint32_t kNanKey = 1;  // every NaN; below every number (-inf is 0x007
 constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
 
 // Order-preserving map of an fp32 value to a uint32 key (see the file comment).
-__device__ __forceinline__ uint32_t order_key(float v) {
-  uint32_t u = __float_as_uint(v);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return kNanKey;
-  if ((u << 1) == 0) u = 0;  // -0 -> +0
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+__device__ __forceinline__ uint32_t order_key(float v) { return float_order_key<kNanKey>(v); }
 
 // The value of a key (k != kTaken); kNanKey gives a NaN, every other key its number.
 __device__ __forceinline__ float key_value(uint32_t k) {

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include "sgl_kernel/chunk_bytes.h"
+
 namespace sgl_kernel::project {
 
 // Up to this many dimensions (after merging dimensions that are contiguous with each
@@ -73,14 +75,8 @@ struct EmbeddingLookupParams {
 
 cudaError_t launch_embedding_lookup(const EmbeddingLookupParams& params, cudaStream_t stream);
 
-// The chunk the row copies (store_kv_cache, embedding_lookup) move: the widest of 16, 8, 4, 2
-// and 1 bytes dividing every value (pointer addresses, row pitches, the row size in bytes).
-// Host code, shared by the launchers and the bindings' size checks.
-inline int chunk_bytes(std::initializer_list<uint64_t> values) {
-  uint64_t bits = 16;
-  for (uint64_t v : values) bits |= v;
-  return static_cast<int>(bits & (~bits + 1));  // lowest set bit
-}
+// chunk_bytes (sgl_kernel/chunk_bytes.h): the chunk the row copies (store_kv_cache,
+// embedding_lookup) move, shared by the launchers and the bindings' size checks.
 
 // fast_compare_key (host code): the first i < n with x[i * x_stride] != y[i * y_stride], or n.
 // T: int32_t, int64_t.

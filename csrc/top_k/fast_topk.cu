@@ -34,6 +34,7 @@
 
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/launch.cuh"
+#include "sgl_kernel/order_key.cuh"
 #include "sgl_kernel/reduce.cuh"
 #include "sgl_kernel/runtime.h"
 #include "sgl_kernel/vec.cuh"
@@ -110,13 +111,9 @@ __device__ __forceinline__ T* row_peer(T* p, const RowGroup& g, int rank) {
   return p;
 }
 
-// Order-preserving key: a > b (as floats, NaN lowest) <=> order_key(a) > order_key(b).
-__device__ __forceinline__ uint32_t order_key(float v) {
-  uint32_t bits = __float_as_uint(v);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0u;  // NaN: below every number, -inf included
-  if (bits == 0x80000000u) bits = 0u;                  // -0.0 ties with +0.0
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
+// Order-preserving key: a > b (as floats, NaN lowest) <=> order_key(a) > order_key(b); NaN
+// gets 0, below every number (sgl_kernel/order_key.cuh).
+__device__ __forceinline__ uint32_t order_key(float v) { return float_order_key<0u>(v); }
 
 // The clamped window of one row, cut into 4-element groups that start at 16-byte boundaries:
 // group g holds positions 4 g - head ... 4 g - head + 3 (those in [0, n)).
