@@ -121,6 +121,28 @@ OP_SCHEMAS = {
     ),
     "moe_sum": "moe_sum(Tensor input, Tensor! output) -> ()",
     "moe_sum_reduce": "moe_sum_reduce(Tensor input, Tensor! output, float routed_scaling_factor) -> ()",
+    # (API.md omits the write marks of prepare_moe_input's outputs and apply_shuffle_mul_sum's
+    # output; 1.2: ours adds them)
+    "prepare_moe_input": (
+        "prepare_moe_input(Tensor topk_ids, Tensor! expert_offsets, Tensor!? blockscale_offsets, "
+        "Tensor! problem_sizes1, Tensor! problem_sizes2, Tensor! input_permutation, Tensor! output_permutation, "
+        "int num_experts, int n, int k) -> ()"
+    ),
+    "apply_shuffle_mul_sum": (
+        "apply_shuffle_mul_sum(Tensor input, Tensor! output, Tensor permutation, Tensor? factors) -> ()"
+    ),
+    "fused_qk_norm_rope": (
+        "fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v, int head_dim, "
+        "float eps, Tensor q_weight, Tensor k_weight, float base, bool is_neox, Tensor position_ids, "
+        "float factor, float low, float high, float attention_factor, int? rotary_dim=None) -> ()"
+    ),
+    # 2.5
+    "merge_state": (
+        "merge_state(Tensor v_a, Tensor s_a, Tensor v_b, Tensor s_b, Tensor! v_merged, Tensor! s_merged) -> ()"
+    ),
+    "merge_state_v2": (
+        "merge_state_v2(Tensor v_a, Tensor s_a, Tensor v_b, Tensor s_b, Tensor! v_merged, Tensor! s_merged) -> ()"
+    ),
     # 2.6 (dispose, get_graph_buffer_ipc_meta, register_buffer, register_graph_buffers and
     # meta_size are inferred from the C++ function type: arguments _0, _1, ...)
     "init_custom_ar": "init_custom_ar(int[] ipc_tensors, Tensor rank_data, int rank, bool full_nvlink) -> int",
@@ -203,6 +225,19 @@ PUBLIC_FUNCTIONS = {
     ),
     "moe_sum": ("sgl_kernel.moe", "input_tensor, output_tensor"),
     "moe_sum_reduce": ("sgl_kernel.moe", "input_tensor, output_tensor, routed_scaling_factor=0"),
+    "prepare_moe_input": (
+        "sgl_kernel.moe",
+        "topk_ids, expert_offsets, problem_sizes1, problem_sizes2, input_permutation, output_permutation, "
+        "num_experts, n, k, blockscale_offsets=None",
+    ),
+    "apply_shuffle_mul_sum": ("sgl_kernel.moe", "input, output, permutation, factors"),
+    "fused_qk_norm_rope": (
+        "sgl_kernel.moe",
+        "qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps, q_weight, k_weight, base, is_neox, "
+        "position_ids, factor, low, high, attention_factor, rotary_dim=None",
+    ),
+    "merge_state": ("sgl_kernel.attention", "v_a, s_a, v_b, s_b, v_merged=None, s_merged=None"),
+    "merge_state_v2": ("sgl_kernel.attention", "v_a, s_a, v_b, s_b, v_merged=None, s_merged=None"),
     "fused_rmsnorm_quant": (
         "sgl_kernel.elementwise",
         "input, output_q, output_s, weight, group_size, quant_eps, fp8_min, fp8_max, "
@@ -270,7 +305,7 @@ BUILD_INFO_TYPES = {
     "ops": dict,
 }
 REQUIRED_FAMILIES = ("elementwise", "quantization", "gemm", "moe", "attention", "allreduce", "project")
-BUILT_FAMILIES = ("elementwise", "project", "top_k", "allreduce", "moe")  # implemented so far: always compiled in
+BUILT_FAMILIES = ("elementwise", "project", "top_k", "allreduce", "moe", "attention")  # implemented so far: always compiled in
 
 ACT_OPS = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
 ROPE_OP = "apply_rope_pos_ids_cos_sin_cache"
@@ -781,10 +816,22 @@ def _moe_cpu_calls():
             torch.empty(18, dtype=torch.int32))),
         ("moe_sum", "input", lambda: sgl_kernel.moe_sum(x, out)),
         ("moe_sum_reduce", "input", lambda: sgl_kernel.moe_sum_reduce(x, out, 2.0)),
+        ("prepare_moe_input", "topk_ids", lambda: sgl_kernel.prepare_moe_input(
+            ids, torch.empty(17, dtype=torch.int32), torch.empty(16, 3, dtype=torch.int32),
+            torch.empty(16, 3, dtype=torch.int32), torch.empty(10, dtype=torch.int32),
+            torch.empty(10, dtype=torch.int32), 16, 64, 32)),
+        ("apply_shuffle_mul_sum", "input", lambda: sgl_kernel.apply_shuffle_mul_sum(
+            x.view(10, 32), out, torch.arange(10, dtype=torch.int32), None)),
+        ("fused_qk_norm_rope", "qkv", lambda: sgl_kernel.fused_qk_norm_rope(
+            torch.empty(5, 3 * 64, dtype=torch.bfloat16), 1, 1, 1, 64, 1e-6, torch.ones(64, dtype=torch.bfloat16),
+            torch.ones(64, dtype=torch.bfloat16), 10000.0, True, torch.zeros(5, dtype=torch.int32), 1.0, 0.0, 0.0,
+            1.0)),
+        ("merge_state", "v_a", lambda: sgl_kernel.merge_state(x, g[:, :2], x, g[:, :2])),
+        ("merge_state_v2", "v_a", lambda: sgl_kernel.merge_state_v2(x, g[:, :2], x, g[:, :2])),
     ]
 
 
-@pytest.mark.parametrize("case", range(7))
+@pytest.mark.parametrize("case", range(12))
 def test_moe_cpu_tensor_rejected(case):
     op, name, call = _moe_cpu_calls()[case]
     with raises_op_error(op, name, "CUDA tensor"):
@@ -824,6 +871,19 @@ def test_fake_moe_inplace_ops():
         assert sgl_kernel.moe_align_block_size(
             ids, 65, 16, torch.empty(36 + 65 * 15, **i32), torch.empty(64, **i32), torch.empty(1, **i32),
             torch.empty(66, **i32), True) is None
+        assert sgl_kernel.prepare_moe_input(
+            ids, torch.empty(17, **i32), torch.empty(16, 3, **i32), torch.empty(16, 3, **i32), torch.empty(36, **i32),
+            torch.empty(36, **i32), 16, 64, 32, blockscale_offsets=torch.empty(17, **i32)) is None
+        assert sgl_kernel.apply_shuffle_mul_sum(x.view(36, 128), out, torch.empty(36, **i32), None) is None
+        qkv = torch.empty(9, 6 * 128, dtype=torch.bfloat16, device="cuda")
+        wq = torch.empty(128, dtype=torch.bfloat16, device="cuda")
+        assert sgl_kernel.fused_qk_norm_rope(
+            qkv, 4, 1, 1, 128, 1e-6, wq, wq, 1e6, False, torch.empty(9, **i32), 1.0, 0.0, 0.0, 1.0, 64) is None
+        v = torch.empty(9, 4, 128, dtype=torch.bfloat16, device="cuda")
+        s = torch.empty(9, 4, device="cuda")
+        for fn in (sgl_kernel.merge_state, sgl_kernel.merge_state_v2):
+            vm, sm = fn(v, s, v, s)
+            assert vm.shape == v.shape and vm.dtype == v.dtype and sm.shape == s.shape and sm.dtype == torch.float32
 
 
 def test_relu_cpu_tensor_rejected():

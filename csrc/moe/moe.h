@@ -131,4 +131,98 @@ struct MoeSumParams {
 
 cudaError_t launch_moe_sum(const MoeSumParams& params, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------------------------
+// prepare_moe_input (prepare_moe_input.cu): the grouped-GEMM layout of the CUTLASS MoE path.
+// Flat entry i (< numel = tokens * topk) of topk_ids has expert e = topk_ids[i]; entries with e
+// outside [0, num_experts) are dropped (counted nowhere, output_permutation[i] = -1, *bad_flag
+// = 1 when bad_flag != nullptr). c_e = kept entries of expert e. Writes:
+//   expert_offsets[0..E] = [0, cumsum(c)]; blockscale_offsets (when not nullptr) [0..E] =
+//   [0, cumsum(round_up(c_e, 128))]; problem_sizes1[e] = (c_e, 2n, k); problem_sizes2[e] =
+//   (c_e, k, n) (rows of 3 int32, contiguous);
+//   each kept entry i gets slot q = expert_offsets[e] + (number of kept entries i' < i with the
+//   same expert), i.e. ascending flat index inside an expert (deterministic):
+//   input_permutation[q] = i / topk, output_permutation[i] = q;
+//   input_permutation[q] = -1 for the slots q in [expert_offsets[E], numel) that dropped
+//   entries leave unused.
+struct PrepareMoeInputParams {
+  const int32_t* topk_ids;       // [numel], contiguous
+  int32_t* expert_offsets;       // [num_experts + 1]
+  int32_t* blockscale_offsets;   // [num_experts + 1], or nullptr
+  int32_t* problem_sizes1;       // [num_experts, 3], contiguous
+  int32_t* problem_sizes2;       // [num_experts, 3], contiguous
+  int32_t* input_permutation;    // [numel]
+  int32_t* output_permutation;   // [numel]
+  int32_t* bad_flag;             // nullptr, or 1 int32 (zeroed by the caller) set on a dropped entry
+  int64_t numel;                 // tokens * topk, < 2^31 (may be 0: only the offsets and sizes)
+  int topk;                      // >= 1
+  int num_experts;               // 1 <= num_experts <= kMaxPrepareExperts
+  int n;                         // problem_sizes values
+  int k;
+  bool enable_pdl;
+};
+
+constexpr int kMaxPrepareExperts = 4096;
+
+cudaError_t launch_prepare_moe_input(const PrepareMoeInputParams& params, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// apply_shuffle_mul_sum (shuffle_mul_sum.cu): for token i < m and column h < hidden,
+//   out[i, h] = sum_{j < topk} f_j * input[permutation[i * topk + j], h],
+// f_j = factors[i * topk + j] (in the output dtype, widened to fp32) or 1 when factors is
+// nullptr; the products are summed in fp32 in order j = 0, 1, ... and rounded once to the output
+// dtype. A permutation entry outside [0, input_rows) contributes nothing (the -1 that
+// prepare_moe_input writes for a dropped expert id); with no entry left the output is +0 (a sum
+// of -0 terms stays -0). Rows are shorter than 4 GiB (hidden * sizeof(T) <= UINT32_MAX).
+struct ShuffleMulSumParams {
+  void* out;                     // [m, hidden], contiguous
+  const void* input;             // [input_rows, hidden], contiguous
+  const int32_t* permutation;    // [m * topk]
+  const void* factors;           // [m * topk], dtype of out, or nullptr
+  int64_t m;
+  int64_t input_rows;
+  int64_t hidden;
+  int topk;                      // >= 1
+  Dtype dtype;                   // kFloat16 or kBFloat16 (input, out and factors)
+  bool enable_pdl;
+};
+
+cudaError_t launch_shuffle_mul_sum(const ShuffleMulSumParams& params, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// fused_qk_norm_rope (qk_norm_rope.cu), in place on bf16 qkv [num_tokens, (hq + hk + hv) *
+// head_dim] (row pitch qkv_stride elements; q heads, then k heads, then v heads). For every q
+// head and k head of every token (v heads untouched):
+//   1. RMSNorm over the head: x <- x * rsqrt(mean(x^2) + eps) * w (w = q_weight or k_weight,
+//      bf16 [head_dim]), in fp32;
+//   2. RoPE on the first rotary_dim elements: pair i < rotary_dim / 2 is (i, i + rotary_dim / 2)
+//      when is_neox, else (2i, 2i + 1); angle = pos * f_i with pos = position_ids[token],
+//      f_i = base^(-2i / rotary_dim), and when factor != 1 (YaRN) ramp = clamp((i - low) /
+//      (high - low), 0, 1) (high += 0.001 when |high - low| <= 1e-6), f_i <- (f_i / factor) *
+//      ramp + f_i * (1 - ramp); (x0, x1) <- (x0 cos - x1 sin, x0 sin + x1 cos) * attention_factor.
+//      Elements past rotary_dim keep the normed value.
+//   Rounded once to bf16 at the end.
+struct QkNormRopeParams {
+  void* qkv;                     // bf16
+  const void* q_weight;          // bf16 [head_dim]
+  const void* k_weight;          // bf16 [head_dim]
+  const int32_t* position_ids;   // [num_tokens]
+  int64_t num_tokens;
+  int64_t qkv_stride;            // elements between tokens (>= (hq + hk + hv) * head_dim)
+  int num_heads_q;               // >= 0
+  int num_heads_k;               // >= 0
+  int num_heads_v;               // >= 0
+  int head_dim;                  // 64, 128 or 256
+  int rotary_dim;                // even, 0 < rotary_dim <= head_dim, a multiple of 2 * head_dim / 32
+  float eps;
+  float base;
+  float factor;
+  float low;
+  float high;
+  float attention_factor;
+  bool is_neox;
+  bool enable_pdl;
+};
+
+cudaError_t launch_qk_norm_rope(const QkNormRopeParams& params, cudaStream_t stream);
+
 }  // namespace sgl_kernel::moe

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <ATen/ops/empty.h>
@@ -316,6 +317,209 @@ void moe_sum_reduce(const at::Tensor& input, at::Tensor& output, double routed_s
   moe_sum_impl("moe_sum_reduce", input, output, true, routed_scaling_factor);
 }
 
+// ---------------------------------------------------------------------------------------
+// prepare_moe_input
+
+void prepare_moe_input(const at::Tensor& topk_ids, at::Tensor& expert_offsets,
+                       const std::optional<at::Tensor>& blockscale_offsets, at::Tensor& problem_sizes1,
+                       at::Tensor& problem_sizes2, at::Tensor& input_permutation, at::Tensor& output_permutation,
+                       int64_t num_experts, int64_t n, int64_t k) {
+  constexpr const char* op = "prepare_moe_input";
+  check_cuda(op, "topk_ids", topk_ids);
+  check_dtype(op, "topk_ids", topk_ids, {at::kInt});
+  check_dim(op, "topk_ids", topk_ids, 2);
+  check_contiguous(op, "topk_ids", topk_ids);
+  SGL_CHECK(num_experts >= 1 && num_experts <= kMaxPrepareExperts, op, "num_experts must be in [1, ",
+            kMaxPrepareExperts, "], got ", num_experts);
+  SGL_CHECK(n >= 0 && n <= INT32_MAX / 2, op, "n must be in [0, 2^30), got ", n);
+  SGL_CHECK(k >= 0 && k <= INT32_MAX, op, "k must be in [0, 2^31), got ", k);
+  const int64_t numel = topk_ids.numel();
+  SGL_CHECK(numel < (int64_t{1} << 31), op, "topk_ids has ", numel, " entries, more than int32 slots can address");
+  SGL_CHECK(topk_ids.size(1) >= 1, op, "topk_ids.shape[1] (topk) must be >= 1, got shape ", topk_ids.sizes());
+  check_int32_vector(op, "expert_offsets", expert_offsets, topk_ids);
+  check_size(op, "expert_offsets", expert_offsets, 0, num_experts + 1, "num_experts + 1");
+  if (blockscale_offsets.has_value()) {
+    check_int32_vector(op, "blockscale_offsets", *blockscale_offsets, topk_ids);
+    check_size(op, "blockscale_offsets", *blockscale_offsets, 0, num_experts + 1, "num_experts + 1");
+    SGL_CHECK(numel + num_experts * 127 < (int64_t{1} << 31), op, "blockscale offsets of ", numel,
+              " entries over ", num_experts, " experts may exceed int32");
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"problem_sizes1", &problem_sizes1},
+                                {"problem_sizes2", &problem_sizes2}}) {
+    check_same_device(op, name, *t, "topk_ids", topk_ids);
+    check_dtype(op, name, *t, {at::kInt});
+    check_dim(op, name, *t, 2);
+    check_contiguous(op, name, *t);
+    check_size(op, name, *t, 0, num_experts, "num_experts");
+    check_size(op, name, *t, 1, 3, "3");
+  }
+  check_int32_vector(op, "input_permutation", input_permutation, topk_ids);
+  check_int32_vector(op, "output_permutation", output_permutation, topk_ids);
+  check_size(op, "input_permutation", input_permutation, 0, numel, "topk_ids.numel()");
+  check_size(op, "output_permutation", output_permutation, 0, numel, "topk_ids.numel()");
+  require_kernel(op, "moe", kArchs, topk_ids);
+
+  const c10::cuda::CUDAGuard guard(topk_ids.device());
+  const cudaStream_t stream = current_stream(topk_ids);
+  if constexpr (kBuilt) {
+    const bool debug = debug_mode();
+    at::Tensor flag;
+    if (debug) flag = at::zeros({1}, topk_ids.options());
+    PrepareMoeInputParams p{};
+    p.topk_ids = topk_ids.data_ptr<int32_t>();
+    p.expert_offsets = expert_offsets.data_ptr<int32_t>();
+    p.blockscale_offsets = blockscale_offsets.has_value() ? blockscale_offsets->data_ptr<int32_t>() : nullptr;
+    p.problem_sizes1 = problem_sizes1.data_ptr<int32_t>();
+    p.problem_sizes2 = problem_sizes2.data_ptr<int32_t>();
+    p.input_permutation = input_permutation.data_ptr<int32_t>();
+    p.output_permutation = output_permutation.data_ptr<int32_t>();
+    p.bad_flag = debug ? flag.data_ptr<int32_t>() : nullptr;
+    p.numel = numel;
+    p.topk = static_cast<int>(topk_ids.size(1));
+    p.num_experts = static_cast<int>(num_experts);
+    p.n = static_cast<int>(n);
+    p.k = static_cast<int>(k);
+    p.enable_pdl = pdl_supported(topk_ids);
+    check_launch(op, launch_prepare_moe_input(p, stream));
+    if (debug) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status == cudaStreamCaptureStatusNone) {
+        SGL_CHECK(flag.item<int32_t>() == 0, op, "topk_ids holds an expert id outside [0, num_experts = ",
+                  num_experts, ") (SGL_KERNEL_DEBUG=1; without it such entries are dropped)");
+      }
+      cudaGetLastError();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// apply_shuffle_mul_sum
+
+void apply_shuffle_mul_sum(const at::Tensor& input, at::Tensor& output, const at::Tensor& permutation,
+                           const std::optional<at::Tensor>& factors) {
+  constexpr const char* op = "apply_shuffle_mul_sum";
+  check_cuda(op, "input", input);
+  check_same_device(op, "output", output, "input", input);
+  check_same_device(op, "permutation", permutation, "input", input);
+  check_dtype(op, "input", input, {at::kHalf, at::kBFloat16});
+  check_same_dtype(op, "output", output, "input", input);
+  check_dim(op, "input", input, 2);
+  check_dim(op, "output", output, 2);
+  check_contiguous(op, "input", input);
+  check_contiguous(op, "output", output);
+  check_size(op, "output", output, 1, input.size(1), "input.shape[1]");
+  check_no_internal_overlap(op, "output", output);
+  check_dtype(op, "permutation", permutation, {at::kInt});
+  check_dim(op, "permutation", permutation, 1);
+  check_contiguous(op, "permutation", permutation);
+  SGL_CHECK(input.size(1) * input.element_size() <= UINT32_MAX, op, "input.shape[1] (", input.size(1),
+            ") makes rows of 4 GiB or more; not supported");
+  const int64_t m = output.size(0);
+  const int64_t entries = permutation.numel();
+  SGL_CHECK(m == 0 ? entries == 0 : (entries >= m && entries % m == 0), op, "permutation.numel() (", entries,
+            ") must be a positive multiple of output.shape[0] (", m, "): m * topk");
+  const int64_t topk = m == 0 ? 1 : entries / m;
+  SGL_CHECK(topk <= (1 << 16), op, "topk = permutation.numel() / output.shape[0] must be at most 65536, got ", topk);
+  if (factors.has_value()) {
+    check_same_device(op, "factors", *factors, "input", input);
+    check_same_dtype(op, "factors", *factors, "output", output);
+    check_contiguous(op, "factors", *factors);
+    SGL_CHECK(factors->numel() == entries && (factors->dim() == 1 || (factors->dim() == 2 && factors->size(0) == m)),
+              op, "factors must have shape [m * topk] = [", entries, "] or [m, topk] = [", m, ", ", topk,
+              "], got ", factors->sizes());
+  }
+  if (output.numel() == 0) return;
+  require_kernel(op, "moe", kArchs, input);
+
+  const c10::cuda::CUDAGuard guard(input.device());
+  if constexpr (kBuilt) {
+    ShuffleMulSumParams p{};
+    p.out = output.data_ptr();
+    p.input = input.data_ptr();
+    p.permutation = permutation.data_ptr<int32_t>();
+    p.factors = factors.has_value() ? factors->data_ptr() : nullptr;
+    p.m = m;
+    p.input_rows = input.size(0);
+    p.hidden = input.size(1);
+    p.topk = static_cast<int>(topk);
+    p.dtype = input.scalar_type() == at::kHalf ? Dtype::kFloat16 : Dtype::kBFloat16;
+    p.enable_pdl = pdl_supported(input);
+    check_launch(op, launch_shuffle_mul_sum(p, current_stream(input)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// fused_qk_norm_rope
+
+void fused_qk_norm_rope(at::Tensor& qkv, int64_t num_heads_q, int64_t num_heads_k, int64_t num_heads_v,
+                        int64_t head_dim, double eps, const at::Tensor& q_weight, const at::Tensor& k_weight,
+                        double base, bool is_neox, const at::Tensor& position_ids, double factor, double low,
+                        double high, double attention_factor, std::optional<int64_t> rotary_dim) {
+  constexpr const char* op = "fused_qk_norm_rope";
+  check_cuda(op, "qkv", qkv);
+  check_dtype(op, "qkv", qkv, {at::kBFloat16});
+  check_dim(op, "qkv", qkv, 2);
+  check_last_dim_contiguous(op, "qkv", qkv);
+  check_no_internal_overlap(op, "qkv", qkv);
+  SGL_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, op, "head_dim must be 64, 128 or 256, got ",
+            head_dim);
+  SGL_CHECK(num_heads_q >= 0 && num_heads_k >= 0 && num_heads_v >= 0 && num_heads_q <= (1 << 20) &&
+                num_heads_k <= (1 << 20) && num_heads_v <= (1 << 20),
+            op, "num_heads_q, num_heads_k and num_heads_v must be in [0, 2^20], got ", num_heads_q, ", ",
+            num_heads_k, ", ", num_heads_v);
+  const int64_t width = (num_heads_q + num_heads_k + num_heads_v) * head_dim;
+  check_size(op, "qkv", qkv, 1, width, "(num_heads_q + num_heads_k + num_heads_v) * head_dim");
+  const int64_t rdim = rotary_dim.value_or(head_dim);
+  const int64_t step = 2 * head_dim / 32;
+  SGL_CHECK(rdim > 0 && rdim <= head_dim && rdim % step == 0, op, "rotary_dim must be a positive multiple of ",
+            "2 * head_dim / 32 = ", step, " and at most head_dim = ", head_dim, ", got ", rdim);
+  for (const auto& [name, w] : {std::pair<const char*, const at::Tensor*>{"q_weight", &q_weight},
+                                {"k_weight", &k_weight}}) {
+    check_same_device(op, name, *w, "qkv", qkv);
+    check_dtype(op, name, *w, {at::kBFloat16});
+    check_dim(op, name, *w, 1);
+    check_size(op, name, *w, 0, head_dim, "head_dim");
+    check_contiguous(op, name, *w);
+  }
+  check_same_device(op, "position_ids", position_ids, "qkv", qkv);
+  check_dtype(op, "position_ids", position_ids, {at::kInt});
+  check_dim(op, "position_ids", position_ids, 1);
+  check_contiguous(op, "position_ids", position_ids);
+  check_size(op, "position_ids", position_ids, 0, qkv.size(0), "qkv.shape[0]");
+  SGL_CHECK(std::isfinite(eps) && eps >= 0.0, op, "eps must be finite and >= 0, got ", eps);
+  SGL_CHECK(std::isfinite(base) && base > 0.0, op, "base must be finite and > 0, got ", base);
+  SGL_CHECK(std::isfinite(factor) && factor > 0.0, op, "factor must be finite and > 0, got ", factor);
+  SGL_CHECK(std::isfinite(low) && std::isfinite(high), op, "low and high must be finite, got ", low, ", ", high);
+  SGL_CHECK(std::isfinite(attention_factor), op, "attention_factor must be finite, got ", attention_factor);
+  if (qkv.size(0) == 0 || num_heads_q + num_heads_k == 0) return;
+  require_kernel(op, "moe", kArchs, qkv);
+
+  const c10::cuda::CUDAGuard guard(qkv.device());
+  if constexpr (kBuilt) {
+    QkNormRopeParams p{};
+    p.qkv = qkv.data_ptr();
+    p.q_weight = q_weight.data_ptr();
+    p.k_weight = k_weight.data_ptr();
+    p.position_ids = position_ids.data_ptr<int32_t>();
+    p.num_tokens = qkv.size(0);
+    p.qkv_stride = qkv.stride(0);
+    p.num_heads_q = static_cast<int>(num_heads_q);
+    p.num_heads_k = static_cast<int>(num_heads_k);
+    p.num_heads_v = static_cast<int>(num_heads_v);
+    p.head_dim = static_cast<int>(head_dim);
+    p.rotary_dim = static_cast<int>(rdim);
+    p.eps = static_cast<float>(eps);
+    p.base = static_cast<float>(base);
+    p.factor = static_cast<float>(factor);
+    p.low = static_cast<float>(low);
+    p.high = static_cast<float>(high);
+    p.attention_factor = static_cast<float>(attention_factor);
+    p.is_neox = is_neox;
+    p.enable_pdl = pdl_supported(qkv);
+    check_launch(op, launch_qk_norm_rope(p, current_stream(qkv)));
+  }
+}
+
 // CUDA and CPU: CPU tensors get the op's own "must be a CUDA tensor" message.
 void register_impls(torch::Library& m) {
   m.impl("topk_softmax", &topk_softmax);
@@ -325,6 +529,9 @@ void register_impls(torch::Library& m) {
   m.impl("moe_align_block_size", &moe_align_block_size);
   m.impl("moe_sum", &moe_sum);
   m.impl("moe_sum_reduce", &moe_sum_reduce);
+  m.impl("prepare_moe_input", &prepare_moe_input);
+  m.impl("apply_shuffle_mul_sum", &apply_shuffle_mul_sum);
+  m.impl("fused_qk_norm_rope", &fused_qk_norm_rope);
 }
 
 }  // namespace
@@ -350,6 +557,16 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("moe_sum(Tensor input, Tensor! output) -> ()");
   // output[t] = routed_scaling_factor * sum_j input[t, j] (sgl-kernel's op; written output marked)
   m.def("moe_sum_reduce(Tensor input, Tensor! output, float routed_scaling_factor) -> ()");
+  // grouped-GEMM layout of the CUTLASS MoE path (sgl-kernel's op; written arguments marked)
+  m.def("prepare_moe_input(Tensor topk_ids, Tensor! expert_offsets, Tensor!? blockscale_offsets, "
+        "Tensor! problem_sizes1, Tensor! problem_sizes2, Tensor! input_permutation, Tensor! output_permutation, "
+        "int num_experts, int n, int k) -> ()");
+  // output[i] = sum_j factors[i * topk + j] * input[permutation[i * topk + j]] (written output marked)
+  m.def("apply_shuffle_mul_sum(Tensor input, Tensor! output, Tensor permutation, Tensor? factors) -> ()");
+  // per-head RMSNorm, then RoPE (YaRN-aware), of the q and k heads of a packed qkv, in place
+  m.def("fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v, int head_dim, "
+        "float eps, Tensor q_weight, Tensor k_weight, float base, bool is_neox, Tensor position_ids, "
+        "float factor, float low, float high, float attention_factor, int? rotary_dim=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) { register_impls(m); }

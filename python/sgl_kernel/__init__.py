@@ -17,6 +17,7 @@ from sgl_kernel.quantization import *  # noqa: E402,F401,F403
 from sgl_kernel.elementwise import *  # noqa: E402,F401,F403
 from sgl_kernel.gemm import *  # noqa: E402,F401,F403
 from sgl_kernel.moe import *  # noqa: E402,F401,F403
+from sgl_kernel.attention import *  # noqa: E402,F401,F403
 from sgl_kernel.project import *  # noqa: E402,F401,F403
 from sgl_kernel.memory import *  # noqa: E402,F401,F403
 from sgl_kernel.top_k import *  # noqa: E402,F401,F403

@@ -35,6 +35,7 @@ FAMILY_MODULES = (
     "sgl_kernel.top_k",
     "sgl_kernel.gemm",
     "sgl_kernel.moe",
+    "sgl_kernel.attention",
     "sgl_kernel.allreduce",
 )
 

@@ -16,6 +16,9 @@ __all__ = [
     "moe_align_block_size",
     "moe_sum",
     "moe_sum_reduce",
+    "prepare_moe_input",
+    "apply_shuffle_mul_sum",
+    "fused_qk_norm_rope",
 ]
 
 FAMILY = "moe"
@@ -28,6 +31,9 @@ OPS = {
     "moe_align_block_size": 80,
     "moe_sum": 80,
     "moe_sum_reduce": 80,
+    "prepare_moe_input": 80,
+    "apply_shuffle_mul_sum": 80,
+    "fused_qk_norm_rope": 80,
 }
 
 _topk_softmax = torch.ops.sgl_kernel.topk_softmax.default
@@ -37,6 +43,9 @@ _kimi_k2_moe_fused_gate = torch.ops.sgl_kernel.kimi_k2_moe_fused_gate.default
 _moe_align_block_size = torch.ops.sgl_kernel.moe_align_block_size.default
 _moe_sum = torch.ops.sgl_kernel.moe_sum.default
 _moe_sum_reduce = torch.ops.sgl_kernel.moe_sum_reduce.default
+_prepare_moe_input = torch.ops.sgl_kernel.prepare_moe_input.default
+_apply_shuffle_mul_sum = torch.ops.sgl_kernel.apply_shuffle_mul_sum.default
+_fused_qk_norm_rope = torch.ops.sgl_kernel.fused_qk_norm_rope.default
 
 
 def _gate_outputs(input: torch.Tensor, topk: int) -> List[torch.Tensor]:
@@ -324,6 +333,151 @@ def moe_sum_reduce(input_tensor: torch.Tensor, output_tensor: torch.Tensor, rout
     _moe_sum_reduce(input_tensor, output_tensor, float(routed_scaling_factor))
 
 
+def prepare_moe_input(
+    topk_ids: torch.Tensor,
+    expert_offsets: torch.Tensor,
+    problem_sizes1: torch.Tensor,
+    problem_sizes2: torch.Tensor,
+    input_permutation: torch.Tensor,
+    output_permutation: torch.Tensor,
+    num_experts: int,
+    n: int,
+    k: int,
+    blockscale_offsets: Optional[torch.Tensor] = None,
+) -> None:
+    r"""The grouped-GEMM layout of the CUTLASS MoE path: per-expert row counts, offsets and
+    problem sizes, and the permutations between token order and expert order.
+
+    With ``c_e`` = the entries of ``topk_ids`` equal to ``e``:
+    ``expert_offsets = [0, cumsum(c)]``, ``blockscale_offsets = [0, cumsum(round_up(c, 128))]``,
+    ``problem_sizes1[e] = (c_e, 2 n, k)``, ``problem_sizes2[e] = (c_e, k, n)``. Flat entry ``i``
+    (token ``i // topk``) of expert ``e`` gets the slot ``q`` in ``[expert_offsets[e],
+    expert_offsets[e + 1])``: ``input_permutation[q] = i // topk`` and
+    ``output_permutation[i] = q``. Inside an expert the slots follow ascending ``i``
+    (deterministic).
+
+    An id outside ``[0, num_experts)`` (e.g. -1 for an expert on another rank) is dropped: it is
+    counted nowhere, its ``output_permutation`` entry is -1, and the unused tail
+    ``input_permutation[expert_offsets[E]:]`` is -1 (``apply_shuffle_mul_sum`` skips -1). With
+    ``SGL_KERNEL_DEBUG=1`` such an id raises ``RuntimeError`` instead (the op synchronises).
+
+    Parameters
+    ----------
+    topk_ids : torch.Tensor
+        ``[T, topk]`` int32, contiguous.
+    expert_offsets : torch.Tensor
+        int32 ``[num_experts + 1]``, written.
+    problem_sizes1, problem_sizes2 : torch.Tensor
+        int32 ``[num_experts, 3]``, contiguous, written.
+    input_permutation, output_permutation : torch.Tensor
+        int32 ``[T * topk]``, written.
+    num_experts : int
+        At most 4096.
+    n, k : int
+        The GEMMs' sizes written into the problem sizes.
+    blockscale_offsets : torch.Tensor, optional
+        int32 ``[num_experts + 1]``, written when given.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable; no host sync (except in debug mode).
+    """
+    _prepare_moe_input(topk_ids, expert_offsets, blockscale_offsets, problem_sizes1, problem_sizes2,
+                       input_permutation, output_permutation, num_experts, n, k)
+
+
+def apply_shuffle_mul_sum(
+    input: torch.Tensor,
+    output: torch.Tensor,
+    permutation: torch.Tensor,
+    factors: Optional[torch.Tensor],
+) -> None:
+    r"""``output[i] = sum(factors[i * topk + j] * input[permutation[i * topk + j]] for j in
+    range(topk))`` with ``topk = permutation.numel() // output.shape[0]``: the weighted sum of
+    each token's expert outputs, gathered from expert order.
+
+    Each product and the sum are computed in fp32, in order of ``j``, rounded once. A
+    ``permutation`` entry outside ``[0, input.shape[0])`` (the -1 of a dropped expert id)
+    contributes nothing.
+
+    Parameters
+    ----------
+    input : torch.Tensor
+        ``[R, K]`` fp16/bf16, contiguous (``R`` is normally ``m * topk``).
+    output : torch.Tensor
+        ``[m, K]``, dtype of ``input``, contiguous, written.
+    permutation : torch.Tensor
+        int32 ``[m * topk]``, contiguous.
+    factors : torch.Tensor or None
+        ``[m * topk]`` or ``[m, topk]``, dtype of ``output``, contiguous; ``None``: all ones.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable.
+    """
+    _apply_shuffle_mul_sum(input, output, permutation, factors)
+
+
+def fused_qk_norm_rope(
+    qkv: torch.Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    base: float,
+    is_neox: bool,
+    position_ids: torch.Tensor,
+    factor: float,
+    low: float,
+    high: float,
+    attention_factor: float,
+    rotary_dim: Optional[int] = None,
+) -> None:
+    r"""Per-head RMSNorm, then rotary embedding, of the q and k heads of a packed ``qkv``, in
+    place (the v heads are untouched).
+
+    For every q head and k head: ``x <- x * rsqrt(mean(x^2) + eps) * w`` (``w`` = ``q_weight``
+    or ``k_weight``), then RoPE on the first ``R = rotary_dim`` elements (halves when
+    ``is_neox``, else interleaved pairs) with angle ``position * f_i``,
+    ``f_i = base^(-2 i / R)``; when ``factor != 1`` (YaRN) ``ramp = clamp((i - low) / (high -
+    low), 0, 1)`` and ``f_i <- f_i / factor * ramp + f_i * (1 - ramp)``. Rotated elements are
+    multiplied by ``attention_factor``. fp32 arithmetic, one rounding to bf16.
+
+    Parameters
+    ----------
+    qkv : torch.Tensor
+        bf16 ``[T, (num_heads_q + num_heads_k + num_heads_v) * head_dim]``, last dim
+        contiguous; modified in place.
+    num_heads_q, num_heads_k, num_heads_v : int
+    head_dim : int
+        64, 128 or 256.
+    eps : float
+    q_weight, k_weight : torch.Tensor
+        bf16 ``[head_dim]``.
+    base : float
+    is_neox : bool
+    position_ids : torch.Tensor
+        int32 ``[T]``.
+    factor, low, high, attention_factor : float
+        YaRN parameters (``factor = 1``: plain RoPE).
+    rotary_dim : int, optional
+        ``None``: ``head_dim``. A multiple of ``2 * head_dim / 32``, at most ``head_dim``.
+
+    Notes
+    -----
+    Arch: sm80+. CUDA-graph capturable.
+    """
+    args = (qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps, q_weight, k_weight, base, is_neox,
+            position_ids, factor, low, high, attention_factor)
+    if rotary_dim is None:
+        _fused_qk_norm_rope(*args)
+    else:
+        _fused_qk_norm_rope(*args, rotary_dim)
+
+
 def self_checks() -> Dict[str, Callable[[], None]]:
     """Small end-to-end checks for ``python -m sgl_kernel`` against torch."""
 
@@ -411,6 +565,58 @@ def self_checks() -> Dict[str, Callable[[], None]]:
         moe_sum_reduce(x, out, 2.5)
         torch.testing.assert_close(out, (x.float().sum(1) * 2.5).bfloat16(), rtol=1e-2, atol=1e-2)
 
+    def check_prepare_moe_input() -> None:
+        experts = 16
+        ids = torch.randint(0, experts, (37, 4), device="cuda", dtype=torch.int32)
+        offsets = torch.empty(experts + 1, device="cuda", dtype=torch.int32)
+        ps1 = torch.empty(experts, 3, device="cuda", dtype=torch.int32)
+        ps2 = torch.empty_like(ps1)
+        in_perm = torch.empty(ids.numel(), device="cuda", dtype=torch.int32)
+        out_perm = torch.empty_like(in_perm)
+        prepare_moe_input(ids, offsets, ps1, ps2, in_perm, out_perm, experts, 256, 512)
+        counts = torch.bincount(ids.flatten().long(), minlength=experts)
+        if not torch.equal(offsets[1:].long(), counts.cumsum(0)) or int(offsets[0]) != 0:
+            raise AssertionError("prepare_moe_input: expert offsets differ from the cumulative counts")
+        if not torch.equal(ps1[:, 0].long(), counts) or not torch.equal(ps2[:, 0].long(), counts):
+            raise AssertionError("prepare_moe_input: problem sizes differ from the counts")
+        flat = torch.arange(ids.numel(), device="cuda")
+        if not torch.equal(in_perm[out_perm.long()].long(), flat // 4):
+            raise AssertionError("prepare_moe_input: input_permutation[output_permutation[i]] != i // topk")
+        slot_expert = torch.searchsorted(offsets[1:].long(), out_perm.long(), right=True)
+        if not torch.equal(slot_expert, ids.flatten().long()):
+            raise AssertionError("prepare_moe_input: an entry's slot is outside its expert's range")
+
+    def check_apply_shuffle_mul_sum() -> None:
+        m, topk, hidden = 21, 4, 136
+        x = torch.randn(m * topk, hidden, device="cuda", dtype=torch.bfloat16)
+        perm = torch.randperm(m * topk, device="cuda").to(torch.int32)
+        w = torch.rand(m, topk, device="cuda").to(torch.bfloat16)
+        out = torch.empty(m, hidden, device="cuda", dtype=torch.bfloat16)
+        apply_shuffle_mul_sum(x, out, perm, w)
+        ref = (x[perm.long()].float().view(m, topk, hidden) * w.float().unsqueeze(-1)).sum(1)
+        torch.testing.assert_close(out, ref.bfloat16(), rtol=1e-2, atol=1e-2)
+
+    def check_fused_qk_norm_rope() -> None:
+        t, hq, hk, hv, d = 9, 4, 2, 2, 128
+        qkv = torch.randn(t, (hq + hk + hv) * d, device="cuda", dtype=torch.bfloat16)
+        qw = (1 + 0.1 * torch.randn(d, device="cuda")).bfloat16()
+        kw = (1 + 0.1 * torch.randn(d, device="cuda")).bfloat16()
+        pos = torch.randint(0, 4096, (t,), device="cuda", dtype=torch.int32)
+        x = qkv.float().view(t, hq + hk + hv, d)
+        out = qkv.clone()
+        fused_qk_norm_rope(out, hq, hk, hv, d, 1e-6, qw, kw, 10000.0, True, pos, 1.0, 0.0, 0.0, 1.0)
+        w = torch.cat([qw.float().expand(hq, d), kw.float().expand(hk, d)])
+        y = x[:, : hq + hk] * torch.rsqrt(x[:, : hq + hk].pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        inv = 10000.0 ** (-torch.arange(0, d, 2, device="cuda", dtype=torch.float64) / d)
+        ang = pos.double()[:, None] * inv
+        cos, sin = ang.cos().float()[:, None], ang.sin().float()[:, None]
+        a, b = y[..., : d // 2], y[..., d // 2 :]
+        ref = torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+        got = out.float().view(t, hq + hk + hv, d)
+        torch.testing.assert_close(got[:, : hq + hk], ref, rtol=2e-2, atol=2e-2)
+        if not torch.equal(got[:, hq + hk :], x[:, hq + hk :]):
+            raise AssertionError("fused_qk_norm_rope: the v heads changed")
+
     return {
         "topk_softmax": check_topk_softmax,
         "topk_sigmoid": check_topk_sigmoid,
@@ -419,4 +625,7 @@ def self_checks() -> Dict[str, Callable[[], None]]:
         "moe_sum": check_moe_sum,
         "moe_sum_reduce": check_moe_sum,
         "kimi_k2_moe_fused_gate": check_kimi_k2_moe_fused_gate,
+        "prepare_moe_input": check_prepare_moe_input,
+        "apply_shuffle_mul_sum": check_apply_shuffle_mul_sum,
+        "fused_qk_norm_rope": check_fused_qk_norm_rope,
     }
