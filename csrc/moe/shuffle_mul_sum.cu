@@ -37,6 +37,7 @@
 #include <cuda_fp16.h>
 
 #include "moe/moe.h"
+#include "moe/row_sum_dispatch.h"
 #include "sgl_kernel/arch.cuh"
 #include "sgl_kernel/chunk_bytes.h"
 #include "sgl_kernel/fastdiv.cuh"
@@ -225,16 +226,7 @@ cudaError_t launch_instance(const ShuffleMulSumParams& p, cudaStream_t stream) {
 template <typename T, int kBytes, bool kSmall>
 cudaError_t launch_width(const ShuffleMulSumParams& p, cudaStream_t stream) {
   if constexpr (kBytes == 16) {
-    switch (p.topk) {
-      case 1: return launch_instance<T, kBytes, 1, kSmall>(p, stream);
-      case 2: return launch_instance<T, kBytes, 2, kSmall>(p, stream);
-      case 4: return launch_instance<T, kBytes, 4, kSmall>(p, stream);
-      case 6: return launch_instance<T, kBytes, 6, kSmall>(p, stream);
-      case 8: return launch_instance<T, kBytes, 8, kSmall>(p, stream);
-      case 9: return launch_instance<T, kBytes, 9, kSmall>(p, stream);
-      case 10: return launch_instance<T, kBytes, 10, kSmall>(p, stream);
-      default: break;
-    }
+    return with_static_topk(p.topk, [&](auto topk) { return launch_instance<T, kBytes, topk, kSmall>(p, stream); });
   }
   return launch_instance<T, kBytes, 0, kSmall>(p, stream);
 }
