@@ -12,7 +12,8 @@
 //
 // Arithmetic (fp32, one rounding to bf16 at the end):
 //   1. s = the lane's sum of x_e^2 in element order (fmaf), then summed over the warp by an xor
-//      tree (offsets 16, 8, 4, 2, 1; a warp's heads reduced side by side); r = rsqrtf(s * (1 / D) + eps) (1 / D is exact); y = (x * r) * w.
+//      tree (offsets 16, 8, 4, 2, 1; a warp's heads reduced side by side);
+//      r = rsqrtf(s * (1 / D) + eps) (1 / D is exact); y = (x * r) * w.
 //   2. RoPE. Frequencies: f_i = base^(-2i / R) in fp64 (std::pow), and with factor != 1 (YaRN)
 //      f_i = (f_i / factor) * ramp + f_i * (1 - ramp), ramp = clamp((i - low) / (high' - low),
 //      0, 1), high' = high + 0.001 when |high - low| <= 1e-6, all in fp64 from the fp32
