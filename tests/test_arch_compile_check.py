@@ -54,9 +54,11 @@ def test_supports(fam, arch, ok):
 
 
 def test_retarget_swaps_gencode_output_and_depfile():
+    """One arch, device code only (-cubin: the host half of a .cu compiles alike for every arch
+    and the build already compiled it), no dependency file."""
     argv = ["/usr/local/cuda/bin/nvcc", "-DX=\"a,b\"", "-MD", "-MT", "obj.o", "-MF", "obj.o.d", "-O3",
             "-gencode=arch=compute_90a,code=sm_90a", "--generate-code=arch=compute_80,code=sm_80", "-gencode",
             "arch=compute_89,code=sm_89", "-x", "cu", "-c", "/src/csrc/a.cu", "-o", "obj.o"]
     out = tool.retarget(argv, "100a", "/tmp/a.o")
-    assert out == ["/usr/local/cuda/bin/nvcc", "-DX=\"a,b\"", "-O3", "-x", "cu", "-c", "/src/csrc/a.cu",
-                   "-gencode=arch=compute_100a,code=sm_100a", "-o", "/tmp/a.o"]
+    assert out == ["/usr/local/cuda/bin/nvcc", "-DX=\"a,b\"", "-O3", "-x", "cu", "-cubin", "/src/csrc/a.cu",
+                   "-arch=sm_100a", "-o", "/tmp/a.o"]
