@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <utility>
 
-#include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -52,11 +51,8 @@ void merge_state_impl(const char* op, bool natural, const at::Tensor& v_a, const
   check_no_internal_overlap(op, "s_merged", s_merged);
   // v_merged may be v_a or v_b (each element is read before it is written, by one thread), but
   // a row's s is read by every thread of the row while one of them writes s_merged.
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"s_a", &s_a}, {"s_b", &s_b}}) {
-    const auto status = at::get_overlap_status(s_merged, *t);
-    SGL_CHECK(status == at::MemOverlapStatus::No || status == at::MemOverlapStatus::TooHard, op,
-              "s_merged must not share memory with ", name);
-  }
+  check_no_overlap(op, "s_merged", s_merged, "s_a", s_a);
+  check_no_overlap(op, "s_merged", s_merged, "s_b", s_b);
   const int64_t rows = v_a.size(0) * v_a.size(1);
   if (rows == 0) return;
   require_kernel(op, "attention", kArchs, v_a);

@@ -102,6 +102,14 @@ void check_no_internal_overlap(const char* op, const char* name, const at::Tenso
             "got shape ", t.sizes(), ", strides ", t.strides(), "; pass a tensor with its own memory (clone())");
 }
 
+void check_no_overlap(const char* op, const char* name, const at::Tensor& t, const char* other_name,
+                      const at::Tensor& other) {
+  const at::MemOverlapStatus status = at::get_overlap_status(t, other);
+  SGL_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, op, name,
+            " must not share memory with ", other_name, " (the op writes ", name, " while it reads ", other_name,
+            "); pass separate tensors");
+}
+
 void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,
                 const char* what) {
   const int64_t d = dim < 0 ? dim + t.dim() : dim;

@@ -357,6 +357,9 @@ void prepare_moe_input(const at::Tensor& topk_ids, at::Tensor& expert_offsets,
   check_int32_vector(op, "output_permutation", output_permutation, topk_ids);
   check_size(op, "input_permutation", input_permutation, 0, numel, "topk_ids.numel()");
   check_size(op, "output_permutation", output_permutation, 0, numel, "topk_ids.numel()");
+  // Large inputs keep per-chunk counts in output_permutation between launches.
+  check_no_overlap(op, "output_permutation", output_permutation, "topk_ids", topk_ids);
+  check_no_overlap(op, "input_permutation", input_permutation, "topk_ids", topk_ids);
   require_kernel(op, "moe", kArchs, topk_ids);
 
   const c10::cuda::CUDAGuard guard(topk_ids.device());
@@ -412,6 +415,8 @@ void apply_shuffle_mul_sum(const at::Tensor& input, at::Tensor& output, const at
   check_dtype(op, "permutation", permutation, {at::kInt});
   check_dim(op, "permutation", permutation, 1);
   check_contiguous(op, "permutation", permutation);
+  check_no_overlap(op, "output", output, "input", input);
+  check_no_overlap(op, "output", output, "permutation", permutation);
   SGL_CHECK(input.size(1) * input.element_size() <= UINT32_MAX, op, "input.shape[1] (", input.size(1),
             ") makes rows of 4 GiB or more; not supported");
   const int64_t m = output.size(0);
@@ -427,6 +432,7 @@ void apply_shuffle_mul_sum(const at::Tensor& input, at::Tensor& output, const at
     SGL_CHECK(factors->numel() == entries && (factors->dim() == 1 || (factors->dim() == 2 && factors->size(0) == m)),
               op, "factors must have shape [m * topk] = [", entries, "] or [m, topk] = [", m, ", ", topk,
               "], got ", factors->sizes());
+    check_no_overlap(op, "output", output, "factors", *factors);
   }
   if (output.numel() == 0) return;
   require_kernel(op, "moe", kArchs, input);

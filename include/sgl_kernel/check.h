@@ -40,6 +40,10 @@ void check_last_dim_contiguous(const char* op, const char* name, const at::Tenso
 // several threads at once. Overlaps torch cannot decide cheaply are not refused (as torch's
 // in-place ops do).
 void check_no_internal_overlap(const char* op, const char* name, const at::Tensor& t);
+// The written tensor `t` shares no memory with `other`, which the op reads while it writes `t`
+// (torch's get_overlap_status; overlaps it cannot decide cheaply are not refused).
+void check_no_overlap(const char* op, const char* name, const at::Tensor& t, const char* other_name,
+                      const at::Tensor& other);
 // t.size(dim) == expected; `what` explains the expectation, e.g. "input.shape[-1] / 2".
 void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim, int64_t expected,
                 const char* what);

@@ -405,3 +405,14 @@ def test_debug_raises(monkeypatch, gen):
     monkeypatch.setenv("SGL_KERNEL_DEBUG", "0")
     ids = torch.tensor([[3, E]], dtype=I32, device="cuda")
     call_and_check(ids, E)
+
+
+@pytest.mark.parametrize("which", ["output_permutation", "input_permutation"])
+def test_permutation_sharing_topk_ids_refused(which):
+    """A permutation written over topk_ids' memory is refused by name (the large-input path keeps
+    per-chunk counts in output_permutation between launches while topk_ids is still read)."""
+    a = _args()
+    a[which] = a["topk_ids"].view(-1)
+    with raises_op_error(OP_NAME, which, "share memory", "topk_ids"):
+        _op()(a["topk_ids"], a["expert_offsets"], a["blockscale_offsets"], a["problem_sizes1"], a["problem_sizes2"],
+              a["input_permutation"], a["output_permutation"], a["num_experts"], a["n"], a["k"])

@@ -534,3 +534,19 @@ def test_bad_input(changes, arg, fragments):
     a = _args(**changes)
     with raises_op_error(OP, arg, *fragments):
         _op()(a["input"], a["output"], a["permutation"], a["factors"])
+
+
+@pytest.mark.parametrize("other", ["input", "permutation", "factors"])
+def test_output_sharing_an_input_refused(other):
+    """output may not share memory with what the op reads while it writes output: another
+    token's rows, the permutation or the factors."""
+    a = _args()
+    out = a["output"]
+    if other == "input":
+        a["output"] = a["input"][: out.shape[0]]
+    elif other == "permutation":
+        a["permutation"] = out.view(-1).view(torch.int32)[: a["permutation"].numel()]
+    else:
+        a["factors"] = out.view(-1)[: a["factors"].numel()].view(a["factors"].shape)
+    with raises_op_error(OP, "output", "share memory", other):
+        _op()(a["input"], a["output"], a["permutation"], a["factors"])
