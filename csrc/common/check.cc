@@ -173,14 +173,18 @@ bool debug_mode() {
   return v != nullptr && v[0] != '\0' && v[0] != '0';
 }
 
-void debug_check_indices(const char* op, const char* name, const at::Tensor& idx, int64_t limit, const char* what,
-                         cudaStream_t stream) {
+bool host_sync_allowed(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
     cudaGetLastError();
-    return;
+    return false;
   }
-  if (status != cudaStreamCaptureStatusNone) return;  // no sync inside a graph capture
+  return status == cudaStreamCaptureStatusNone;
+}
+
+void debug_check_indices(const char* op, const char* name, const at::Tensor& idx, int64_t limit, const char* what,
+                         cudaStream_t stream) {
+  if (!host_sync_allowed(stream)) return;  // no sync inside a graph capture
   const at::Tensor flat = idx.reshape({-1}).to(at::kLong);  // int64 compares: limit may not fit int32
   const at::Tensor bad = flat.lt(0).logical_or(flat.ge(limit));
   if (!bad.any().item<bool>()) return;

@@ -261,13 +261,9 @@ void moe_align_block_size(const at::Tensor& topk_ids, int64_t num_experts, int64
     p.pad_sorted = pad_sorted_token_ids;
     p.enable_pdl = pdl_supported(topk_ids);
     check_launch(op, launch_moe_align(p, stream));
-    if (debug) {
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status == cudaStreamCaptureStatusNone) {
-        SGL_CHECK(flag.item<int32_t>() == 0, op, "topk_ids holds an expert id outside [-1, num_experts - 1 = ",
-                  num_experts - 1, ") (SGL_KERNEL_DEBUG=1)");
-      }
-      cudaGetLastError();
+    if (debug && host_sync_allowed(stream)) {
+      SGL_CHECK(flag.item<int32_t>() == 0, op, "topk_ids holds an expert id outside [-1, num_experts - 1 = ",
+                num_experts - 1, ") (SGL_KERNEL_DEBUG=1)");
     }
   }
 }
@@ -384,13 +380,9 @@ void prepare_moe_input(const at::Tensor& topk_ids, at::Tensor& expert_offsets,
     p.k = static_cast<int>(k);
     p.enable_pdl = pdl_supported(topk_ids);
     check_launch(op, launch_prepare_moe_input(p, stream));
-    if (debug) {
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status == cudaStreamCaptureStatusNone) {
-        SGL_CHECK(flag.item<int32_t>() == 0, op, "topk_ids holds an expert id outside [0, num_experts = ",
-                  num_experts, ") (SGL_KERNEL_DEBUG=1; without it such entries are dropped)");
-      }
-      cudaGetLastError();
+    if (debug && host_sync_allowed(stream)) {
+      SGL_CHECK(flag.item<int32_t>() == 0, op, "topk_ids holds an expert id outside [0, num_experts = ",
+                num_experts, ") (SGL_KERNEL_DEBUG=1; without it such entries are dropped)");
     }
   }
 }

@@ -66,6 +66,10 @@ bool pdl_supported(const at::Tensor& t);
 // and a bad one raises instead of being skipped (API.md 1.4; the op may synchronise).
 bool debug_mode();
 
+// Whether the op may synchronise `stream` from the host (debug mode's checks): false while the
+// stream is being captured into a CUDA graph, and when the query fails (its error is cleared).
+bool host_sync_allowed(cudaStream_t stream);
+
 // For debug_mode(): raise if any value of the index tensor `idx` (any shape, int32/int64) lies
 // outside [0, limit), naming the first one (`what` says what the index addresses).
 // Synchronises; does nothing while `stream` is being captured into a CUDA graph.
