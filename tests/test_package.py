@@ -131,6 +131,13 @@ OP_SCHEMAS = {
     "apply_shuffle_mul_sum": (
         "apply_shuffle_mul_sum(Tensor input, Tensor! output, Tensor permutation, Tensor? factors) -> ()"
     ),
+    # (API.md omits the write marks of the output and the scratch arguments; 1.2: ours adds them)
+    "fp8_blockwise_scaled_grouped_mm": (
+        "fp8_blockwise_scaled_grouped_mm(Tensor! output, Tensor! a_ptrs, Tensor! b_ptrs, Tensor! out_ptrs, "
+        "Tensor! a_scales_ptrs, Tensor! b_scales_ptrs, Tensor a, Tensor b, Tensor scales_a, Tensor scales_b, "
+        "Tensor stride_a, Tensor stride_b, Tensor stride_c, Tensor! layout_sfa, Tensor! layout_sfb, "
+        "Tensor problem_sizes, Tensor expert_offsets, Tensor! workspace) -> ()"
+    ),
     "fused_qk_norm_rope": (
         "fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v, int head_dim, "
         "float eps, Tensor q_weight, Tensor k_weight, float base, bool is_neox, Tensor position_ids, "
@@ -231,6 +238,11 @@ PUBLIC_FUNCTIONS = {
         "num_experts, n, k, blockscale_offsets=None",
     ),
     "apply_shuffle_mul_sum": ("sgl_kernel.moe", "input, output, permutation, factors"),
+    "fp8_blockwise_scaled_grouped_mm": (
+        "sgl_kernel.moe",
+        "output, a_ptrs, b_ptrs, out_ptrs, a_scales_ptrs, b_scales_ptrs, a, b, scales_a, scales_b, stride_a, "
+        "stride_b, stride_c, layout_sfa, layout_sfb, problem_sizes, expert_offsets, workspace",
+    ),
     "fused_qk_norm_rope": (
         "sgl_kernel.moe",
         "qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps, q_weight, k_weight, base, is_neox, "
@@ -828,10 +840,26 @@ def _moe_cpu_calls():
             1.0)),
         ("merge_state", "v_a", lambda: sgl_kernel.merge_state(x, g[:, :2], x, g[:, :2])),
         ("merge_state_v2", "v_a", lambda: sgl_kernel.merge_state_v2(x, g[:, :2], x, g[:, :2])),
+        ("fp8_blockwise_scaled_grouped_mm", "a", lambda: sgl_kernel.fp8_blockwise_scaled_grouped_mm(
+            *_grouped_mm_args("cpu"))),
     ]
 
 
-@pytest.mark.parametrize("case", range(12))
+def _grouped_mm_args(device):
+    """Arguments of fp8_blockwise_scaled_grouped_mm for 2 experts of 3 rows, N = K = 128."""
+    e, r, n, k = 2, 6, 128, 128
+    i64 = dict(dtype=torch.int64, device=device)
+    i32 = dict(dtype=torch.int32, device=device)
+    fp8 = dict(dtype=torch.float8_e4m3fn, device=device)
+    return (torch.empty(r, n, dtype=torch.bfloat16, device=device), *[torch.empty(e, **i64) for _ in range(5)],
+            torch.empty(r, k, **fp8), torch.empty(e, n, k, **fp8).transpose(1, 2),
+            torch.empty(r, k // 128, device=device), torch.empty(e, n // 128, k // 128, device=device).transpose(1, 2),
+            torch.full((e,), k, **i64), torch.full((e,), k, **i64), torch.full((e,), n, **i64),
+            torch.empty(e, 5, **i32), torch.empty(e, 5, **i32), torch.empty(e, 3, **i32), torch.empty(e, **i32),
+            torch.empty(1 << 16, dtype=torch.uint8, device=device))
+
+
+@pytest.mark.parametrize("case", range(13))
 def test_moe_cpu_tensor_rejected(case):
     op, name, call = _moe_cpu_calls()[case]
     with raises_op_error(op, name, "CUDA tensor"):
@@ -884,6 +912,7 @@ def test_fake_moe_inplace_ops():
         for fn in (sgl_kernel.merge_state, sgl_kernel.merge_state_v2):
             vm, sm = fn(v, s, v, s)
             assert vm.shape == v.shape and vm.dtype == v.dtype and sm.shape == s.shape and sm.dtype == torch.float32
+        assert sgl_kernel.fp8_blockwise_scaled_grouped_mm(*_grouped_mm_args("cuda")) is None
 
 
 def test_relu_cpu_tensor_rejected():

@@ -112,6 +112,23 @@ def _moe_sum(which):
     return OPS.moe_sum_reduce.default, "moe_sum_reduce", "output", [x, out, 2.5], 1
 
 
+def _grouped_mm(which):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("fp8_blockwise_scaled_grouped_mm needs sm90a")
+    e, r, n, k = 2, 8, 128, 128
+    i64 = dict(dtype=torch.int64, device="cuda")
+    i32 = dict(dtype=torch.int32, device="cuda")
+    w = _rows((e, n, k), FP8)
+    sb = torch.rand((e, n // 128, k // 128), device="cuda")
+    sizes = torch.tensor([[4, n, k], [4, n, k]], **i32)
+    args = [_rows((r, n)), *[torch.empty(e, **i64) for _ in range(5)], _rows((r, k), FP8), w.transpose(1, 2),
+            torch.rand((r, k // 128), device="cuda"), sb.transpose(1, 2), torch.full((e,), k, **i64),
+            torch.full((e,), k, **i64), torch.full((e,), n, **i64), torch.empty((e, 5), **i32),
+            torch.empty((e, 5), **i32), sizes, torch.tensor([0, 4], **i32),
+            torch.empty(1 << 20, dtype=torch.uint8, device="cuda")]
+    return OPS.fp8_blockwise_scaled_grouped_mm.default, "fp8_blockwise_scaled_grouped_mm", "output", args, 0
+
+
 CASES = {
     "rmsnorm-output": (_norm, "output"),
     "fused_add_rmsnorm-input": (_norm, "input"),
@@ -130,6 +147,7 @@ CASES = {
     "topk_softmax-topk_weights": (_topk_gating, "topk_weights"),
     "topk_softmax-topk_indices": (_topk_gating, "topk_indices"),
     "moe_sum_reduce-output": (_moe_sum, "output"),
+    "fp8_blockwise_scaled_grouped_mm-output": (_grouped_mm, "output"),
 }
 
 

@@ -85,6 +85,51 @@ size_t fp8_blockwise_mm_workspace(const BlockwiseMmParams& p);
 cudaError_t launch_fp8_blockwise_mm_sm90(const BlockwiseMmParams& p, void* workspace, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------
+// fp8_blockwise_scaled_grouped_mm (csrc/gemm/sm90/blockwise_grouped_mm.cu): one CUTLASS grouped
+// GEMM over E experts, each fp8_blockwise_scaled_mm's formula on its own rows:
+//   out[o_e + i, n] = sum_kb (A[o_e + i, kb-block] . W_e[n, kb-block]) * sa[o_e + i, kb] * sb_e[n / 128, kb]
+// for i < M_e, with (M_e, N, K) = problem_sizes[e] and o_e = expert_offsets[e], both read on
+// the device. A first kernel (one thread an expert) fills the caller's pointer and layout
+// scratch, and writes into `workspace` the experts' strides and a checked copy of the problem
+// sizes: an expert whose entry is inconsistent (M_e < 0, o_e < 0, o_e + M_e > rows, or an N or
+// K other than the tensors') gets M_e = 0 there, so the GEMM never reads or writes outside the
+// tensors, and sets *bad_flag (in the workspace) for the debug check of the binding.
+struct GroupedBlockwiseMmParams {
+  const void* a;          // e4m3 [rows, K], row stride lda (elements)
+  const void* b;          // e4m3: expert e's W_e [N, K] at b + e * b_stride_e, row stride ldb
+  const float* scales_a;  // (row, kb) at scales_a[row * (K / 128) + kb]                  (packed, K-major)
+  const float* scales_b;  // expert e's (nb, kb) at scales_b[e * sb_stride_e + nb * (K / 128) + kb]
+  void* out;              // [rows, N] row-major, row stride ldd
+  const int32_t* problem_sizes;   // [E, 3] = (M_e, N, K), device
+  const int32_t* expert_offsets;  // [E], device
+  // The caller's scratch (API.md): [E] pointers, and [E, 5] int32 per scale layout.
+  void* a_ptrs;
+  void* b_ptrs;
+  void* out_ptrs;
+  void* a_scales_ptrs;
+  void* b_scales_ptrs;
+  void* layout_sfa;
+  void* layout_sfb;
+  int64_t num_experts;    // E >= 1
+  int64_t rows;           // a.shape[0]
+  int64_t n, k;           // n % 128 == 0, k % 128 == 0
+  int64_t lda, ldb, ldd;  // multiples of 16 (lda, ldb) and 8 (ldd) elements
+  int64_t b_stride_e;     // a multiple of 16
+  int64_t sb_stride_e;
+  OutType out_type;
+  int sm_count;
+  // Tuning only (-1: the heuristic, by rows per expert): SGL_KERNEL_GROUPED_MM_CONFIG picks
+  // 0 cooperative 128x128, 1 ping-pong 64x128 tiles.
+  int config = -1;
+};
+// Bytes of `workspace` the launch needs (CUTLASS's own, the strides, the checked sizes, the flag).
+size_t fp8_blockwise_grouped_mm_workspace(const GroupedBlockwiseMmParams& p);
+// Offset in `workspace` of the int32 flag set when some expert's entry was inconsistent.
+size_t fp8_blockwise_grouped_mm_flag_offset(const GroupedBlockwiseMmParams& p);
+cudaError_t launch_fp8_blockwise_grouped_mm_sm90(const GroupedBlockwiseMmParams& p, void* workspace,
+                                                 cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------
 // awq_dequantize, dsv3_router_gemm, dsv3_fused_a_gemm (csrc/gemm/*.cu, sm80+)
 // (declared below by their kernel files' owners)
 

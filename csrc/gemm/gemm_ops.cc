@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -566,6 +567,162 @@ at::Tensor fp8_blockwise_scaled_mm(const at::Tensor& mat_a, const at::Tensor& ma
   return out;
 }
 
+// ---------------------------------------------------------------------------------------
+// fp8_blockwise_scaled_grouped_mm
+
+// A scratch argument the op fills: `dtype`, contiguous, with `numel` elements.
+void check_scratch(const char* op, const char* name, const at::Tensor& t, const at::Tensor& ref, at::ScalarType dtype,
+                   int64_t numel, const char* what) {
+  check_same_device(op, name, t, "a", ref);
+  check_dtype(op, name, t, {dtype});
+  check_contiguous(op, name, t);
+  SGL_CHECK(t.numel() == numel, op, name, " must have ", what, " = ", numel, " elements, got shape ", t.sizes());
+}
+
+// For each expert e: output[o_e : o_e + M_e] = fp8_blockwise_scaled_mm(a[rows], b[e], scales_a[rows],
+// scales_b[e]) with (M_e, N, K) = problem_sizes[e], o_e = expert_offsets[e] (API.md 2.4). The
+// strides come from the tensors themselves; stride_a / stride_b / stride_c are checked for
+// shape and dtype only. Rows of `output` no expert covers are not written.
+void fp8_blockwise_scaled_grouped_mm(at::Tensor& output, at::Tensor& a_ptrs, at::Tensor& b_ptrs, at::Tensor& out_ptrs,
+                                     at::Tensor& a_scales_ptrs, at::Tensor& b_scales_ptrs, const at::Tensor& a,
+                                     const at::Tensor& b, const at::Tensor& scales_a, const at::Tensor& scales_b,
+                                     const at::Tensor& stride_a, const at::Tensor& stride_b,
+                                     const at::Tensor& stride_c, at::Tensor& layout_sfa, at::Tensor& layout_sfb,
+                                     const at::Tensor& problem_sizes, const at::Tensor& expert_offsets,
+                                     at::Tensor& workspace) {
+  const char* op = "fp8_blockwise_scaled_grouped_mm";
+  check_cuda(op, "a", a);
+  check_dtype(op, "a", a, {at::kFloat8_e4m3fn});
+  check_dim(op, "a", a, 2);
+  check_same_device(op, "b", b, "a", a);
+  check_dtype(op, "b", b, {at::kFloat8_e4m3fn});
+  check_dim(op, "b", b, 3);
+  const int64_t rows = a.size(0), k = a.size(1), num_experts = b.size(0), n = b.size(2);
+  SGL_CHECK(b.size(1) == k, op, "b must have shape [E, K, N] with K = a.shape[1] = ", k, ", got ", b.sizes());
+  SGL_CHECK(k > 0 && k % 128 == 0, op, "a.shape[1] (K) must be a positive multiple of 128 (the block size), got ", k);
+  SGL_CHECK(n > 0 && n % 128 == 0, op, "b.shape[2] (N) must be a positive multiple of 128 (the block size), got ", n);
+  SGL_CHECK(num_experts > 0, op, "b.shape[0] (E) must be at least 1, got ", num_experts);
+  check_cutlass_shape(op, rows, n, k);
+  // (the TMA loads: 16-byte aligned starts and strides, rows that do not overlap)
+  SGL_CHECK((a.stride(1) == 1) && aligned16(a) && (rows <= 1 || (a.stride(0) % 16 == 0 && a.stride(0) >= k)), op,
+            "a must be row-major, start 16-byte aligned and have a row stride >= K that is a multiple of 16, got "
+            "strides ",
+            a.strides());
+  SGL_CHECK(b.stride(1) == 1 && aligned16(b) && b.stride(2) % 16 == 0 && b.stride(2) >= k &&
+                (num_experts == 1 || b.stride(0) % 16 == 0),
+            op,
+            "b must be [E, K, N] with each expert column-major (the transpose view of a row-major [E, N, K] "
+            "weight), start 16-byte aligned, and have N and E strides that are multiples of 16, got strides ",
+            b.strides());
+
+  check_same_device(op, "output", output, "a", a);
+  check_dtype(op, "output", output, {at::kBFloat16, at::kHalf});
+  check_dim(op, "output", output, 2);
+  check_no_internal_overlap(op, "output", output);
+  SGL_CHECK(output.size(0) == rows && output.size(1) == n, op, "output must have shape [a.shape[0], N] = [", rows,
+            ", ", n, "], got ", output.sizes());
+  SGL_CHECK(output.stride(1) == 1 && aligned16(output) && (rows <= 1 || output.stride(0) % 8 == 0), op,
+            "output must be row-major, start 16-byte aligned and have a row stride that is a multiple of 8, got "
+            "strides ",
+            output.strides());
+
+  const int64_t kb = k / 128, nb = n / 128;
+  check_same_device(op, "scales_a", scales_a, "a", a);
+  check_dtype(op, "scales_a", scales_a, {at::kFloat});
+  check_dim(op, "scales_a", scales_a, 2);
+  SGL_CHECK(scales_a.size(0) == rows && scales_a.size(1) == kb, op,
+            "scales_a must have shape [a.shape[0], K / 128] = [", rows, ", ", kb, "], got ", scales_a.sizes());
+  check_same_device(op, "scales_b", scales_b, "a", a);
+  check_dtype(op, "scales_b", scales_b, {at::kFloat});
+  check_dim(op, "scales_b", scales_b, 3);
+  SGL_CHECK(scales_b.size(0) == num_experts && scales_b.size(1) == kb && scales_b.size(2) == nb, op,
+            "scales_b must have shape [E, K / 128, N / 128] = [", num_experts, ", ", kb, ", ", nb, "], got ",
+            scales_b.sizes());
+
+  check_scratch(op, "problem_sizes", problem_sizes, a, at::kInt, num_experts * 3, "3 E");
+  SGL_CHECK(problem_sizes.dim() == 2 && problem_sizes.size(1) == 3, op, "problem_sizes must have shape [E, 3], got ",
+            problem_sizes.sizes());
+  check_scratch(op, "expert_offsets", expert_offsets, a, at::kInt, num_experts, "E");
+  for (auto [name, t] : {std::pair{"stride_a", &stride_a}, {"stride_b", &stride_b}, {"stride_c", &stride_c}}) {
+    check_scratch(op, name, *t, a, at::kLong, num_experts, "E");
+  }
+  for (auto [name, t] : {std::pair{"a_ptrs", &a_ptrs}, {"b_ptrs", &b_ptrs}, {"out_ptrs", &out_ptrs},
+                         {"a_scales_ptrs", &a_scales_ptrs}, {"b_scales_ptrs", &b_scales_ptrs}}) {
+    check_scratch(op, name, *t, a, at::kLong, num_experts, "E");
+  }
+  for (auto [name, t] : {std::pair{"layout_sfa", &layout_sfa}, {"layout_sfb", &layout_sfb}}) {
+    check_scratch(op, name, *t, a, at::kInt, num_experts * 5, "5 E");
+  }
+  check_same_device(op, "workspace", workspace, "a", a);
+  check_dtype(op, "workspace", workspace, {at::kByte});
+  check_contiguous(op, "workspace", workspace);
+  for (auto [name, t] : {std::pair{"a", &a}, {"b", &b}, {"scales_a", &scales_a}, {"scales_b", &scales_b}}) {
+    check_no_overlap(op, "output", output, name, *t);
+  }
+  if (rows == 0) return;
+  require_kernel(op, "gemm_sm90", kArchsSm90, a);
+  const c10::cuda::CUDAGuard guard(a.device());
+
+  // CUTLASS's grouped mainloop reads each expert's scales packed K-major from its pointer
+  // (rows of K / 128, and [N / 128, K / 128] per expert: the layouts it derives from the problem
+  // size, not layout_sfa / layout_sfb). Other layouts are copied once into such buffers.
+  const bool sa_packed = (kb == 1 || scales_a.stride(1) == 1) && (rows <= 1 || scales_a.stride(0) == kb);
+  const at::Tensor sa = sa_packed ? scales_a : scales_a.contiguous();
+  const bool sb_packed = (kb == 1 || scales_b.stride(1) == 1) && (nb == 1 || scales_b.stride(2) == kb);
+  const at::Tensor sb = sb_packed ? scales_b : scales_b.transpose(1, 2).contiguous().transpose(1, 2);
+
+  GroupedBlockwiseMmParams p{};
+  p.a = a.data_ptr();
+  p.b = b.data_ptr();
+  p.scales_a = sa.data_ptr<float>();
+  p.scales_b = sb.data_ptr<float>();
+  p.out = output.data_ptr();
+  p.problem_sizes = problem_sizes.data_ptr<int32_t>();
+  p.expert_offsets = expert_offsets.data_ptr<int32_t>();
+  p.a_ptrs = a_ptrs.data_ptr();
+  p.b_ptrs = b_ptrs.data_ptr();
+  p.out_ptrs = out_ptrs.data_ptr();
+  p.a_scales_ptrs = a_scales_ptrs.data_ptr();
+  p.b_scales_ptrs = b_scales_ptrs.data_ptr();
+  p.layout_sfa = layout_sfa.data_ptr();
+  p.layout_sfb = layout_sfb.data_ptr();
+  p.num_experts = num_experts;
+  p.rows = rows;
+  p.n = n;
+  p.k = k;
+  p.lda = rows > 1 ? a.stride(0) : k;
+  p.ldb = b.stride(2);
+  p.ldd = rows > 1 ? output.stride(0) : n;
+  p.b_stride_e = num_experts > 1 ? b.stride(0) : k * n;
+  p.sb_stride_e = num_experts > 1 ? sb.stride(0) : nb * kb;
+  p.out_type = output.scalar_type() == at::kBFloat16 ? OutType::kBF16 : OutType::kFP16;
+  p.sm_count = device_sm_count(a.get_device());
+  if (const char* c = std::getenv("SGL_KERNEL_GROUPED_MM_CONFIG"); c != nullptr && *c != '\0') {
+    p.config = std::atoi(c);
+  }
+  if constexpr (kBuiltSm90) {
+    // The caller's workspace when it is large enough (and aligned for CUTLASS's tensor maps),
+    // else one from the caching allocator.
+    const size_t need = fp8_blockwise_grouped_mm_workspace(p);
+    at::Tensor ws = workspace;
+    if (static_cast<size_t>(workspace.numel()) < need || reinterpret_cast<uintptr_t>(workspace.data_ptr()) % 128 != 0) {
+      ws = at::empty({static_cast<int64_t>(need)}, a.options().dtype(at::kByte));
+    }
+    const cudaStream_t stream = current_stream(a);
+    const cudaError_t err = launch_fp8_blockwise_grouped_mm_sm90(p, ws.data_ptr(), stream);
+    SGL_CHECK(err != cudaErrorNotSupported, op, "no kernel configuration implements N = ", n, ", K = ", k,
+              " with these strides (CUTLASS can_implement failed)");
+    check_launch(op, err);
+    if (debug_mode() && host_sync_allowed(stream)) {
+      const int64_t flag_at = static_cast<int64_t>(fp8_blockwise_grouped_mm_flag_offset(p));
+      SGL_CHECK(ws.narrow(0, flag_at, 4).view(at::kInt).item<int32_t>() == 0, op,
+                "problem_sizes / expert_offsets hold an inconsistent entry (M_e < 0, o_e < 0, o_e + M_e > "
+                "a.shape[0] = ",
+                rows, ", or (N, K) != (", n, ", ", k, ")) (SGL_KERNEL_DEBUG=1; without it such experts are skipped)");
+    }
+  }
+}
+
 // [[misc ops: bindings]]
 
 void register_impls(torch::Library& m) {
@@ -576,6 +733,7 @@ void register_impls(torch::Library& m) {
   m.impl("awq_dequantize", &awq_dequantize);
   m.impl("dsv3_router_gemm", &dsv3_router_gemm);
   m.impl("dsv3_fused_a_gemm", &dsv3_fused_a_gemm);
+  m.impl("fp8_blockwise_scaled_grouped_mm", &fp8_blockwise_scaled_grouped_mm);
   // [[misc ops: register]]
 }
 
@@ -602,6 +760,12 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("dsv3_router_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()");
   // output = mat_a @ mat_b (DeepSeek-V3 fused q_a/kv_a projection): mat_b [7168, 2112] column-major
   m.def("dsv3_fused_a_gemm(Tensor! output, Tensor mat_a, Tensor mat_b) -> ()");
+  // output[o_e : o_e + M_e] = fp8_blockwise_scaled_mm of expert e's rows with b[e] (API.md 2.4); the
+  // pointer and layout arrays and the workspace are scratch the op writes
+  m.def("fp8_blockwise_scaled_grouped_mm(Tensor! output, Tensor! a_ptrs, Tensor! b_ptrs, Tensor! out_ptrs, "
+        "Tensor! a_scales_ptrs, Tensor! b_scales_ptrs, Tensor a, Tensor b, Tensor scales_a, Tensor scales_b, "
+        "Tensor stride_a, Tensor stride_b, Tensor stride_c, Tensor! layout_sfa, Tensor! layout_sfb, "
+        "Tensor problem_sizes, Tensor expert_offsets, Tensor! workspace) -> ()");
   // [[misc ops: schemas]]
 }
 

@@ -18,6 +18,7 @@ __all__ = [
     "moe_sum_reduce",
     "prepare_moe_input",
     "apply_shuffle_mul_sum",
+    "fp8_blockwise_scaled_grouped_mm",
     "fused_qk_norm_rope",
 ]
 
@@ -33,8 +34,11 @@ OPS = {
     "moe_sum_reduce": 80,
     "prepare_moe_input": 80,
     "apply_shuffle_mul_sum": 80,
+    "fp8_blockwise_scaled_grouped_mm": 90,
     "fused_qk_norm_rope": 80,
 }
+# the grouped GEMM is a CUTLASS 3.x sm90a kernel of the GEMM family (csrc/gemm/sm90/)
+OP_FAMILIES = {"fp8_blockwise_scaled_grouped_mm": ("gemm_sm90",)}
 
 _topk_softmax = torch.ops.sgl_kernel.topk_softmax.default
 _topk_sigmoid = torch.ops.sgl_kernel.topk_sigmoid.default
@@ -46,6 +50,7 @@ _moe_sum_reduce = torch.ops.sgl_kernel.moe_sum_reduce.default
 _prepare_moe_input = torch.ops.sgl_kernel.prepare_moe_input.default
 _apply_shuffle_mul_sum = torch.ops.sgl_kernel.apply_shuffle_mul_sum.default
 _fused_qk_norm_rope = torch.ops.sgl_kernel.fused_qk_norm_rope.default
+_fp8_blockwise_scaled_grouped_mm = torch.ops.sgl_kernel.fp8_blockwise_scaled_grouped_mm.default
 
 
 def _gate_outputs(input: torch.Tensor, topk: int) -> List[torch.Tensor]:
@@ -418,6 +423,83 @@ def apply_shuffle_mul_sum(
     _apply_shuffle_mul_sum(input, output, permutation, factors)
 
 
+def fp8_blockwise_scaled_grouped_mm(
+    output: torch.Tensor,
+    a_ptrs: torch.Tensor,
+    b_ptrs: torch.Tensor,
+    out_ptrs: torch.Tensor,
+    a_scales_ptrs: torch.Tensor,
+    b_scales_ptrs: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scales_a: torch.Tensor,
+    scales_b: torch.Tensor,
+    stride_a: torch.Tensor,
+    stride_b: torch.Tensor,
+    stride_c: torch.Tensor,
+    layout_sfa: torch.Tensor,
+    layout_sfb: torch.Tensor,
+    problem_sizes: torch.Tensor,
+    expert_offsets: torch.Tensor,
+    workspace: torch.Tensor,
+) -> None:
+    r"""The expert GEMMs of a CUTLASS MoE layer in one grouped launch, with DeepSeek-style
+    block scales: for each expert ``e`` with ``(M_e, N, K) = problem_sizes[e]`` and
+    ``o = expert_offsets[e]``,
+
+    ``output[o:o+M_e] = sum_kb (a[o:o+M_e, kb] @ b[e][kb, :]) * scales_a[o:o+M_e, kb, None]
+    * scales_b[e][kb].repeat_interleave(128)``
+
+    over the 128-deep k-blocks ``kb`` (``fp8_blockwise_scaled_mm`` of the expert's rows), with
+    fp32 accumulation, rounded once to ``output.dtype``.
+
+    Parameters
+    ----------
+    output : torch.Tensor
+        ``[R, N]`` bf16/fp16, row-major (row stride a multiple of 8), written. Rows no expert
+        covers are left as they are.
+    a_ptrs, b_ptrs, out_ptrs, a_scales_ptrs, b_scales_ptrs : torch.Tensor
+        int64 ``[E]``, contiguous: scratch the op fills with each expert's pointers.
+    a : torch.Tensor
+        e4m3 ``[R, K]``, row-major, the experts' rows stacked; ``K % 128 == 0``.
+    b : torch.Tensor
+        e4m3 ``[E, K, N]``, each expert column-major (``w.transpose(1, 2)`` of a contiguous
+        ``[E, N, K]`` weight); ``N % 128 == 0``.
+    scales_a : torch.Tensor
+        fp32 ``[R, K / 128]``: one scale per row and k-block. Read in place when contiguous;
+        another layout is copied once into a contiguous buffer.
+    scales_b : torch.Tensor
+        fp32 ``[E, K / 128, N / 128]``. Read in place when each expert's block is K-major and
+        packed (the ``transpose(1, 2)`` of a contiguous ``[E, N / 128, K / 128]`` tensor);
+        another layout is copied once.
+    stride_a, stride_b, stride_c : torch.Tensor
+        int64 ``[E]`` (the leading dimensions K, K, N). Checked for shape and dtype only: the
+        op takes the strides from ``a``, ``b`` and ``output`` themselves.
+    layout_sfa, layout_sfb : torch.Tensor
+        int32 ``[E, 5]``, contiguous: scratch the op fills with each expert's scale layouts.
+    problem_sizes : torch.Tensor
+        int32 ``[E, 3]`` = ``(M_e, N, K)``, contiguous, on the device.
+    expert_offsets : torch.Tensor
+        int32 ``[E]``: the first row of each expert in ``a`` and ``output``.
+    workspace : torch.Tensor
+        uint8, contiguous, written. A few hundred KiB serve any E up to thousands; a smaller
+        or unaligned one is replaced by a temporary from the caching allocator.
+
+    Notes
+    -----
+    ``problem_sizes`` and ``expert_offsets`` are read on the device. An expert whose entry is
+    inconsistent (``M_e < 0``, an offset outside ``a``, ``o + M_e > R``, or an ``N`` / ``K``
+    other than the tensors') is skipped: its rows are not written, and nothing outside the
+    tensors is touched. With ``SGL_KERNEL_DEBUG=1`` such an entry raises instead. Any ``M_e``
+    works (it need not be a multiple of 16). Experts' row ranges must not overlap.
+
+    Arch: sm90a (the CUTLASS 3.x kernels of the GEMM family). CUDA-graph capturable; no host
+    sync (except in debug mode).
+    """
+    _fp8_blockwise_scaled_grouped_mm(output, a_ptrs, b_ptrs, out_ptrs, a_scales_ptrs, b_scales_ptrs, a, b,
+                                     scales_a, scales_b, stride_a, stride_b, stride_c, layout_sfa, layout_sfb,
+                                     problem_sizes, expert_offsets, workspace)
+
 def fused_qk_norm_rope(
     qkv: torch.Tensor,
     num_heads_q: int,
@@ -617,6 +699,36 @@ def self_checks() -> Dict[str, Callable[[], None]]:
         if not torch.equal(got[:, hq + hk :], x[:, hq + hk :]):
             raise AssertionError("fused_qk_norm_rope: the v heads changed")
 
+    def check_fp8_blockwise_scaled_grouped_mm() -> None:
+        e, n, k = 3, 256, 384
+        # expert 2 at rows 1..19, expert 0 at 20..24, expert 1 empty; row 0 is not written
+        m, offsets, rows = [5, 0, 19], [20, 0, 1], 25
+        fp8 = torch.float8_e4m3fn
+        a = torch.randn(rows, k, device="cuda").to(fp8)
+        w = torch.randn(e, n, k, device="cuda").to(fp8)
+        sa = torch.rand(rows, k // 128, device="cuda") + 0.5
+        sb = torch.rand(e, n // 128, k // 128, device="cuda") + 0.5
+        out = torch.full((rows, n), 7.0, device="cuda", dtype=torch.bfloat16)
+        i64 = dict(dtype=torch.int64, device="cuda")
+        sizes = torch.tensor([[mi, n, k] for mi in m], dtype=torch.int32, device="cuda")
+        offs = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+        fp8_blockwise_scaled_grouped_mm(
+            out, *[torch.empty(e, **i64) for _ in range(5)], a, w.transpose(1, 2), sa, sb.transpose(1, 2),
+            torch.full((e,), k, **i64), torch.full((e,), k, **i64), torch.full((e,), n, **i64),
+            torch.empty(e, 5, dtype=torch.int32, device="cuda"), torch.empty(e, 5, dtype=torch.int32, device="cuda"),
+            sizes, offs, torch.empty(1 << 20, dtype=torch.uint8, device="cuda"))
+        ref = torch.full((rows, n), 7.0, dtype=torch.float64, device="cuda")
+        for x in range(e):
+            r0, r1 = offsets[x], offsets[x] + m[x]
+            if r0 == r1:
+                continue
+            acc = torch.zeros(r1 - r0, n, dtype=torch.float64, device="cuda")
+            for kb in range(k // 128):
+                blk = a[r0:r1, kb * 128:(kb + 1) * 128].double() @ w[x, :, kb * 128:(kb + 1) * 128].double().t()
+                acc += blk * sa[r0:r1, kb].double()[:, None] * sb[x, :, kb].double().repeat_interleave(128)[None, :]
+            ref[r0:r1] = acc
+        torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2 * float(ref.abs().max()))
+
     return {
         "topk_softmax": check_topk_softmax,
         "topk_sigmoid": check_topk_sigmoid,
@@ -628,4 +740,5 @@ def self_checks() -> Dict[str, Callable[[], None]]:
         "prepare_moe_input": check_prepare_moe_input,
         "apply_shuffle_mul_sum": check_apply_shuffle_mul_sum,
         "fused_qk_norm_rope": check_fused_qk_norm_rope,
+        "fp8_blockwise_scaled_grouped_mm": check_fp8_blockwise_scaled_grouped_mm,
     }
