@@ -16,9 +16,11 @@ that is where a missing tail or a wrong index shows. Every draw is bounded by
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Sequence, Tuple
+from typing import Callable, Iterator, Optional, Sequence, Tuple
 
 import torch
 
@@ -145,3 +147,27 @@ def describe(t: torch.Tensor) -> str:
 
 
 Fuzzer = Callable[[Case], str]
+
+
+def debug_mode() -> bool:
+    """SGL_KERNEL_DEBUG is on: out-of-range index values raise instead of being skipped, so the
+    fuzzers draw none."""
+    v = os.environ.get("SGL_KERNEL_DEBUG", "")
+    return v != "" and v[0] != "0"
+
+
+@contextlib.contextmanager
+def env(name: str, value: Optional[str]) -> Iterator[None]:
+    """``os.environ[name] = value`` inside the block (nothing when ``value`` is None)."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old

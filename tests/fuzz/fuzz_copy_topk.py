@@ -19,9 +19,7 @@ None of these ops takes ``enable_pdl`` (they launch with PDL on sm90+ by themsel
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -35,7 +33,7 @@ from tests.elementwise.ref_mla import (
     downcast_fp8_expected,
 )
 from tests.elementwise.test_mla_copy import assert_bitwise_equal
-from tests.fuzz.common import Case, Fuzzer, describe
+from tests.fuzz.common import Case, Fuzzer, debug_mode, describe, env
 from tests.project.ref_embedding_lookup import embedding_lookup_ref
 from tests.project.ref_relu import custom_relu_ref, fused_add_relu_ref
 from tests.project.ref_store_kv_cache import store_kv_cache_ref
@@ -63,28 +61,6 @@ def _sync() -> None:
     torch.cuda.synchronize()
 
 
-def _debug_mode() -> bool:
-    """SGL_KERNEL_DEBUG is on: out-of-range index values raise instead of being skipped, so the
-    fuzzers draw none."""
-    v = os.environ.get("SGL_KERNEL_DEBUG", "")
-    return v != "" and v[0] != "0"
-
-
-@contextlib.contextmanager
-def _env(name: str, value: Optional[str]):
-    """``os.environ[name] = value`` inside the block (nothing when ``value`` is None)."""
-    if value is None:
-        yield
-        return
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
 
 
 def _dt(dtype: torch.dtype) -> str:
@@ -290,7 +266,7 @@ def fuzz_store_kv_cache(case: Case) -> str:
     # distinct locations, some out of range (skipped) unless SGL_KERNEL_DEBUG is on
     loc = case.randperm(num_slots, n)
     nbad = 0
-    if not _debug_mode() and case.coin(0.2):
+    if not debug_mode() and case.coin(0.2):
         info = torch.iinfo(loc_dtype)
         bad = [-1, -2, num_slots, num_slots + 1, num_slots + 7, info.max, info.min, info.min + 1]
         if loc_dtype == torch.int64:
@@ -393,7 +369,7 @@ def _fuzz_embedding(case: Case, shard: bool) -> str:
         shape = (count,)
     if case.coin(0.02):
         shape = case.choice(((0,), (3, 0), (0, 5)))
-    debug = _debug_mode()
+    debug = debug_mode()
     if shard:
         start = case.choice((0, case.log_int(1, 10**6), length * case.rng.randint(1, 7), 2**40,
                              _I32[1] - length - case.rng.randint(0, 100)))
@@ -495,7 +471,7 @@ def fuzz_shuffle_rows(case: Case) -> str:
     map_dtype = torch.int32 if case.coin(0.7) else torch.int64
     info = torch.iinfo(map_dtype)
     values = _randint(case, 0, n - 1, (r,))
-    if not _debug_mode() and case.coin(0.15):  # documented: zero rows
+    if not debug_mode() and case.coin(0.15):  # documented: zero rows
         values = _sprinkle(case, values, [-1, n, n + 1, info.min, info.max], case.choice((0.05, 0.5)))
     step = 3 if case.coin(0.25) else 1
     mbuf = torch.full((max(1, r * step),), info.max, dtype=map_dtype, device=DEV)
@@ -727,7 +703,7 @@ def fuzz_downcast_fp8(case: Case) -> str:
         slots = offset + 1 + case.choice((0, case.log_int(1, 16)))
     loc = case.randperm(entries, t)
     nbad = 0
-    if t and not _debug_mode() and case.coin(0.2):
+    if t and not debug_mode() and case.coin(0.2):
         cands = [slots + 5, 10**12, -(10**12), -1 - offset, -1, slots, slots // max(1, abs(mult)) + 1,
                  (slots - offset) // mult + 1 if mult > 0 else offset + 1, entries + 3]
         bad = [c for c in cands if not 0 <= c * mult + offset < slots]
@@ -974,7 +950,7 @@ class _TopkCase:
         bmax = max(1, min(4096, budget // max(L, 1)))
         B = case.rows(bmax, _TOPK_B_POINTS)
         with_starts = case.coin()
-        oob = not _debug_mode() and case.coin(0.05)  # windows outside score: clamped (documented)
+        oob = not debug_mode() and case.coin(0.05)  # windows outside score: clamped (documented)
         lengths: List[int] = []
         starts: List[int] = []
         for _ in range(B):
@@ -1068,7 +1044,7 @@ def fuzz_fast_topk_v2(case: Case) -> str:
     tc = _TopkCase(case)
     use_wrapper = case.coin(0.3)
     desc = f"fast_topk_v2 {tc.desc}{' (wrapper)' if use_wrapper else ' torch.ops'}"
-    with _env("SGL_KERNEL_TOPK_CLUSTER", tc.cluster):
+    with env("SGL_KERNEL_TOPK_CLUSTER", tc.cluster):
         if use_wrapper:
             _poison_next_alloc((tc.B, TOPK), torch.int32, POISON)
             out = sgl_kernel.fast_topk_v2(tc.score, tc.lengths, TOPK, tc.row_starts)
@@ -1101,7 +1077,7 @@ def fuzz_fast_topk_transform_fused(case: Case) -> str:
     if case.coin(0.2):
         cu = torch.cat([torch.full((2,), 9, dtype=torch.int32, device=DEV), cu])[2:]
     P = tc.max_n + case.choice((0, 0, 1, 7, 100))
-    short_table = not _debug_mode() and tc.max_n > 1 and case.coin(0.1)
+    short_table = not debug_mode() and tc.max_n > 1 and case.coin(0.1)
     if short_table:  # positions >= P have no page: -1 (documented)
         P = case.rng.randint(1, tc.max_n - 1)
     pitch = P + (case.choice((1, 3, 8, 64)) if case.coin(0.3) else 0)
@@ -1113,7 +1089,7 @@ def fuzz_fast_topk_transform_fused(case: Case) -> str:
             f"table={describe(table)}{' P<n' if short_table else ''} row_is_request={row_is_request}"
             f"{' (wrapper)' if use_wrapper else ' torch.ops'}")
     snaps = [(tbuf.clone(), tbuf, "src_page_table buffer"), (cu.clone(), cu, "cu_seqlens_q")]
-    with _env("SGL_KERNEL_TOPK_CLUSTER", tc.cluster):
+    with env("SGL_KERNEL_TOPK_CLUSTER", tc.cluster):
         if use_wrapper:
             _poison_next_alloc((B, TOPK), torch.int32, POISON)
             dst = sgl_kernel.fast_topk_transform_fused(tc.score, tc.lengths, table, cu, TOPK, tc.row_starts)
@@ -1151,7 +1127,7 @@ def fuzz_fast_topk_transform_ragged_fused(case: Case) -> str:
     desc = (f"fast_topk_transform_ragged_fused {tc.desc} offsets={mode} stride{step}"
             f"{' (wrapper)' if use_wrapper else ' torch.ops'}")
     snap = [(obuf.clone(), obuf, "topk_indices_offset buffer")]
-    with _env("SGL_KERNEL_TOPK_CLUSTER", tc.cluster):
+    with env("SGL_KERNEL_TOPK_CLUSTER", tc.cluster):
         if use_wrapper:
             _poison_next_alloc((B, TOPK), torch.int32, POISON)
             out = sgl_kernel.fast_topk_transform_ragged_fused(tc.score, tc.lengths, offset, TOPK, tc.row_starts)

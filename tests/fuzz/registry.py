@@ -9,7 +9,7 @@ from typing import Dict
 from tests.fuzz.common import Fuzzer
 
 # Modules that define FUZZERS: Dict[str, Fuzzer].
-MODULES = ("fuzz_elementwise", "fuzz_quant", "fuzz_copy_topk", "fuzz_gemm")
+MODULES = ("fuzz_elementwise", "fuzz_quant", "fuzz_copy_topk", "fuzz_gemm", "fuzz_moe")
 
 
 def all_fuzzers() -> Dict[str, Fuzzer]:
