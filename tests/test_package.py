@@ -150,6 +150,10 @@ OP_SCHEMAS = {
     "merge_state_v2": (
         "merge_state_v2(Tensor v_a, Tensor s_a, Tensor v_b, Tensor s_b, Tensor! v_merged, Tensor! s_merged) -> ()"
     ),
+    "lightning_attention_decode": (
+        "lightning_attention_decode(Tensor q, Tensor k, Tensor v, Tensor past_kv, Tensor slope, Tensor! output, "
+        "Tensor! new_kv) -> ()"
+    ),
     # 2.6 (dispose, get_graph_buffer_ipc_meta, register_buffer, register_graph_buffers and
     # meta_size are inferred from the C++ function type: arguments _0, _1, ...)
     "init_custom_ar": "init_custom_ar(int[] ipc_tensors, Tensor rank_data, int rank, bool full_nvlink) -> int",
@@ -250,6 +254,7 @@ PUBLIC_FUNCTIONS = {
     ),
     "merge_state": ("sgl_kernel.attention", "v_a, s_a, v_b, s_b, v_merged=None, s_merged=None"),
     "merge_state_v2": ("sgl_kernel.attention", "v_a, s_a, v_b, s_b, v_merged=None, s_merged=None"),
+    "lightning_attention_decode": ("sgl_kernel.attention", "q, k, v, past_kv, slope, output, new_kv"),
     "fused_rmsnorm_quant": (
         "sgl_kernel.elementwise",
         "input, output_q, output_s, weight, group_size, quant_eps, fp8_min, fp8_max, "
@@ -842,7 +847,17 @@ def _moe_cpu_calls():
         ("merge_state_v2", "v_a", lambda: sgl_kernel.merge_state_v2(x, g[:, :2], x, g[:, :2])),
         ("fp8_blockwise_scaled_grouped_mm", "a", lambda: sgl_kernel.fp8_blockwise_scaled_grouped_mm(
             *_grouped_mm_args("cpu"))),
+        ("lightning_attention_decode", "q", lambda: sgl_kernel.lightning_attention_decode(
+            *_lightning_args("cpu"))),
     ]
+
+
+def _lightning_args(device):
+    """Arguments of lightning_attention_decode for b = 2, h = 3, d = 16, e = 8."""
+    q = torch.empty(2, 3, 1, 16, dtype=torch.bfloat16, device=device)
+    v = torch.empty(2, 3, 1, 8, dtype=torch.bfloat16, device=device)
+    kv = torch.empty(2, 3, 16, 8, device=device)
+    return q, q.clone(), v, kv, torch.empty(3, 1, 1, device=device), torch.empty_like(v), torch.empty_like(kv)
 
 
 def _grouped_mm_args(device):
@@ -859,7 +874,7 @@ def _grouped_mm_args(device):
             torch.empty(1 << 16, dtype=torch.uint8, device=device))
 
 
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", range(14))
 def test_moe_cpu_tensor_rejected(case):
     op, name, call = _moe_cpu_calls()[case]
     with raises_op_error(op, name, "CUDA tensor"):
@@ -913,6 +928,7 @@ def test_fake_moe_inplace_ops():
             vm, sm = fn(v, s, v, s)
             assert vm.shape == v.shape and vm.dtype == v.dtype and sm.shape == s.shape and sm.dtype == torch.float32
         assert sgl_kernel.fp8_blockwise_scaled_grouped_mm(*_grouped_mm_args("cuda")) is None
+        assert sgl_kernel.lightning_attention_decode(*_lightning_args("cuda")) is None
 
 
 def test_relu_cpu_tensor_rejected():

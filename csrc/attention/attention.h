@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Launchers of the attention family (API.md section 2.5): merging partial attention states.
+// Launchers of the attention family (API.md section 2.5): merging partial attention states, the
+// linear-attention decode step.
 // Torch-free: the bindings (attention_ops.cc) check the tensors and fill these structs; the
 // kernels trust them.
 #pragma once
@@ -39,5 +40,32 @@ struct MergeStateParams {
 };
 
 cudaError_t launch_merge_state(const MergeStateParams& params, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// lightning_attention_decode (lightning_decode.cu): one decode step of linear attention with
+// exponential decay (MiniMax). For each (batch b, head h), row r = b * heads + h:
+//   ratio = expf(-slope[h]) (fp32, accurate expf);
+//   new_kv[r, i, j] = ratio * past_kv[r, i, j] + k[r, i] * v[r, j]   (fp32, i < d, j < e)
+//   output[r, j] = sum_i q[r, i] * new_kv[r, i, j], accumulated in fp32, rounded once to dtype.
+// q, k, v are read as fp32 (converted from dtype). new_kv may be past_kv itself (the same
+// tensor: each element is read before it is written, by the thread that writes it), never a
+// partial overlap. Every tensor is contiguous; offsets are 64-bit.
+struct LightningDecodeParams {
+  const void* q;         // [rows, d], dtype
+  const void* k;         // [rows, d], dtype
+  const void* v;         // [rows, e], dtype
+  const float* past_kv;  // [rows, d, e]
+  const float* slope;    // [heads]
+  void* output;          // [rows, e], dtype
+  float* new_kv;         // [rows, d, e]
+  int64_t batch;         // >= 1
+  int heads;             // >= 1
+  int d;                 // >= 1
+  int e;                 // >= 1
+  Dtype dtype;           // fp32, fp16 or bf16 (q, k, v and output)
+  bool enable_pdl;
+};
+
+cudaError_t launch_lightning_attention_decode(const LightningDecodeParams& params, cudaStream_t stream);
 
 }  // namespace sgl_kernel::attention
