@@ -32,7 +32,7 @@ if sys.path[0] != _ROOT:
 import torch  # noqa: E402
 
 from benchmark.harness import Bench, cli_main, short_error  # noqa: E402
-from tests.attention.test_lightning_decode import check_results, lightning_decode_torch  # noqa: E402
+from tests.attention.ref_lightning_decode import check_results, lightning_decode_torch  # noqa: E402
 
 OP = "lightning_attention_decode"
 BF16 = torch.bfloat16
