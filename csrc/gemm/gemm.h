@@ -119,8 +119,10 @@ struct GroupedBlockwiseMmParams {
   OutType out_type;
   int sm_count;
   // Tuning only (-1: the heuristic, by rows per expert): SGL_KERNEL_GROUPED_MM_CONFIG picks
-  // 0 cooperative 128x128, 1 ping-pong 64x128 tiles.
+  // 0 cooperative 128x128, 1 ping-pong 64x128 tiles; SGL_KERNEL_GROUPED_MM_SWIZZLE the tile
+  // scheduler's swizzle (default 1).
   int config = -1;
+  int swizzle = 0;
 };
 // Bytes of `workspace` the launch needs (CUTLASS's own, the strides, the checked sizes, the flag).
 size_t fp8_blockwise_grouped_mm_workspace(const GroupedBlockwiseMmParams& p);

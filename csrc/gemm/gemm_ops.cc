@@ -700,6 +700,9 @@ void fp8_blockwise_scaled_grouped_mm(at::Tensor& output, at::Tensor& a_ptrs, at:
   if (const char* c = std::getenv("SGL_KERNEL_GROUPED_MM_CONFIG"); c != nullptr && *c != '\0') {
     p.config = std::atoi(c);
   }
+  if (const char* c = std::getenv("SGL_KERNEL_GROUPED_MM_SWIZZLE"); c != nullptr && *c != '\0') {
+    p.swizzle = std::atoi(c);
+  }
   if constexpr (kBuiltSm90) {
     // The caller's workspace when it is large enough (and aligned for CUTLASS's tensor maps),
     // else one from the caching allocator.

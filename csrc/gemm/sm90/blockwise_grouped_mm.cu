@@ -1,98 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 // fp8_blockwise_scaled_grouped_mm on sm90a (gemm.h): a setup kernel that turns the experts'
 // offsets into per-expert pointers, strides and scale layouts, then one CUTLASS 3.x grouped
-// (pointer-array) GEMM with the FP8 blockwise-scaling mainloop: each 128-deep k-block's partial
-// sums are promoted into the fp32 accumulator with scales_a[row, kb] * scales_b_e[n / 128, kb];
-// the epilogue only rounds to the output type. Both scale tensors are read K-major (API.md).
+// (pointer-array) GEMM with the FP8 blockwise-scaling mainloop, in the tile configuration this
+// dispatcher picks (blockwise_grouped_configs.h; one translation unit each, so they build in
+// parallel).
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include <cuda_runtime.h>
 
-#include <cute/tensor.hpp>
-#include <cutlass/cutlass.h>
-#include <cutlass/detail/blockwise_scale_layout.hpp>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/epilogue/fusion/operations.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/gemm/dispatch_policy.hpp>
-#include <cutlass/gemm/group_array_problem_shape.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#include <cutlass/numeric_types.h>
-
-#include "gemm/cutlass_run.cuh"
 #include "gemm/gemm.h"
+#include "gemm/sm90/blockwise_grouped_configs.h"
 
 namespace sgl_kernel::gemm {
 
 namespace {
 
-using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
-using ProblemMNK = ProblemShape::UnderlyingProblemShape;
-
-// 1 x 128 activation blocks and 128 x 128 weight blocks, both K-major.
-using ScaleConfig =
-    cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, cute::GMMA::Major::K, cute::GMMA::Major::K>;
-using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
-using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-// API.md gives each layout 5 int32 of scratch per expert: ((1, M), (128, Kb), L) and its two
-// run-time strides.
-static_assert(sizeof(LayoutSFA) == 5 * sizeof(int32_t) && sizeof(LayoutSFB) == 5 * sizeof(int32_t));
-
-// The two tile configurations: cooperative 128 x 128 (two consumer warp groups on one tile)
-// and ping-pong 64 x 128 (two consumer warp groups on alternate tiles, one's epilogue under
-// the other's mainloop), for experts of few rows.
-struct CoopConfig {
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct PingpongConfig {
-  using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
-  using MainloopSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-};
-
-template <typename ElementD_, typename Config>
-struct GroupedKernel {
-  using ElementAB = cutlass::float_e4m3_t;
-  using ElementD = ElementD_;
-  using TileShape = typename Config::TileShape;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  static constexpr int kAlignAB = 16;
-  static constexpr int kAlignD = 8;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor*, kAlignD,
-      ElementD, cutlass::layout::RowMajor*, kAlignD, typename Config::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB,
-      cute::tuple<cutlass::layout::RowMajor*, LayoutSFA*>, kAlignAB, ElementAB,
-      cute::tuple<cutlass::layout::ColumnMajor*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Config::MainloopSchedule>::CollectiveOp;
-
-  using GemmKernel =
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue, void>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-  using StrideA = typename GemmKernel::InternalStrideA;
-  using StrideB = typename GemmKernel::InternalStrideB;
-  using StrideD = typename GemmKernel::InternalStrideD;
-};
-
-// Every instance's strides are (leading dim, 1, 0): one layout of the workspace serves all.
-using StrideA = GroupedKernel<cutlass::bfloat16_t, CoopConfig>::StrideA;
-using StrideB = GroupedKernel<cutlass::bfloat16_t, CoopConfig>::StrideB;
-using StrideD = GroupedKernel<cutlass::bfloat16_t, CoopConfig>::StrideD;
-static_assert(std::is_same_v<StrideA, GroupedKernel<cutlass::half_t, PingpongConfig>::StrideA> &&
-              std::is_same_v<StrideB, GroupedKernel<cutlass::half_t, PingpongConfig>::StrideB> &&
-              std::is_same_v<StrideD, GroupedKernel<cutlass::half_t, PingpongConfig>::StrideD>);
+using sm90::GroupedDeviceArrays;
+using sm90::GroupedLayoutSFA;
+using sm90::GroupedLayoutSFB;
+using sm90::GroupedProblemMNK;
+using sm90::GroupedScaleConfig;
+using sm90::GroupedStrideA;
+using sm90::GroupedStrideB;
+using sm90::GroupedStrideD;
 
 constexpr size_t align_up(size_t x) { return (x + 127) / 128 * 128; }
 
@@ -103,10 +34,10 @@ struct WorkspaceLayout {
     const size_t n = static_cast<size_t>(e);
     cutlass_bytes = align_up(cutlass);
     stride_a = cutlass_bytes;
-    stride_b = stride_a + align_up(n * sizeof(StrideA));
-    stride_d = stride_b + align_up(n * sizeof(StrideB));
-    problems = stride_d + align_up(n * sizeof(StrideD));
-    flag = problems + align_up(n * sizeof(ProblemMNK));
+    stride_b = stride_a + align_up(n * sizeof(GroupedStrideA));
+    stride_d = stride_b + align_up(n * sizeof(GroupedStrideB));
+    problems = stride_d + align_up(n * sizeof(GroupedStrideD));
+    flag = problems + align_up(n * sizeof(GroupedProblemMNK));
     total = flag + 128;
   }
 };
@@ -114,10 +45,7 @@ struct WorkspaceLayout {
 struct SetupArgs {
   GroupedBlockwiseMmParams p;
   int out_bytes;  // bytes of one output element
-  StrideA* stride_a;
-  StrideB* stride_b;
-  StrideD* stride_d;
-  ProblemMNK* problems;
+  GroupedDeviceArrays d;
   int32_t* bad_flag;
 };
 
@@ -141,19 +69,21 @@ __device__ void setup_expert(const SetupArgs& s, int64_t e) {
 
   // The packed layouts for (m, N, K) (the grouped mainloop derives the same ones itself; the
   // caller's arrays are filled for API compatibility).
-  static_cast<LayoutSFA*>(p.layout_sfa)[e] = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, k, 1));
-  static_cast<LayoutSFB*>(p.layout_sfb)[e] = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, k, 1));
+  static_cast<GroupedLayoutSFA*>(p.layout_sfa)[e] =
+      GroupedScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, k, 1));
+  static_cast<GroupedLayoutSFB*>(p.layout_sfb)[e] =
+      GroupedScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, k, 1));
 
-  StrideA da{};
+  GroupedStrideA da{};
   cute::get<0>(da) = p.lda;
-  s.stride_a[e] = da;
-  StrideB db{};
+  s.d.stride_a[e] = da;
+  GroupedStrideB db{};
   cute::get<0>(db) = p.ldb;
-  s.stride_b[e] = db;
-  StrideD dd{};
+  s.d.stride_b[e] = db;
+  GroupedStrideD dd{};
   cute::get<0>(dd) = p.ldd;
-  s.stride_d[e] = dd;
-  s.problems[e] = ProblemMNK{m, n, k};
+  s.d.stride_d[e] = dd;
+  s.d.problems[e] = GroupedProblemMNK{m, n, k};
 }
 
 // One block; a thread an expert: the pointers of its rows, its strides, its scale layouts and
@@ -164,76 +94,19 @@ __global__ void grouped_mm_setup_kernel(const __grid_constant__ SetupArgs s) {
   for (int64_t e = threadIdx.x; e < s.p.num_experts; e += blockDim.x) setup_expert(s, e);
 }
 
-template <typename K>
-typename K::Gemm::Arguments gemm_arguments(const GroupedBlockwiseMmParams& p, const SetupArgs& s) {
-  using ElementD = typename K::ElementD;
-  using ElementAB = typename K::ElementAB;
-  typename K::GemmKernel::MainloopArguments mainloop{
-      static_cast<const ElementAB**>(p.a_ptrs),      s.stride_a,
-      static_cast<const ElementAB**>(p.b_ptrs),      s.stride_b,
-      static_cast<const float**>(p.a_scales_ptrs),   static_cast<LayoutSFA*>(p.layout_sfa),
-      static_cast<const float**>(p.b_scales_ptrs),   static_cast<LayoutSFB*>(p.layout_sfb)};
-  typename K::GemmKernel::EpilogueArguments epilogue{
-      {}, nullptr, s.stride_d, static_cast<ElementD**>(p.out_ptrs), s.stride_d};
-  epilogue.thread.alpha = 1.0f;
-  epilogue.thread.beta = 0.0f;
-  cutlass::KernelHardwareInfo hw{};
-  hw.sm_count = p.sm_count;
-  return typename K::Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
-                                     {static_cast<int>(p.num_experts), s.problems, nullptr},
-                                     mainloop,
-                                     epilogue,
-                                     hw};
-}
-
-template <typename K>
-size_t cutlass_workspace(const GroupedBlockwiseMmParams& p) {
-  SetupArgs s{};
-  s.p = p;
-  return K::Gemm::get_workspace_size(gemm_arguments<K>(p, s));
-}
-
-// Ping-pong 64 x 128 tiles when the experts average at most 64 rows (decode), else
-// cooperative 128 x 128; p.config 0 / 1 forces one (tuning).
-bool use_pingpong(const GroupedBlockwiseMmParams& p) {
-  if (p.config == 0 || p.config == 1) return p.config == 1;
-  return p.rows <= 64 * p.num_experts;
-}
-
-// Calls f.template operator()<GroupedKernel<...>>() for the instance p runs.
-template <typename F>
-decltype(auto) with_kernel(const GroupedBlockwiseMmParams& p, F&& f) {
-  const bool bf16 = p.out_type == OutType::kBF16;
-  if (use_pingpong(p)) {
-    return bf16 ? f.template operator()<GroupedKernel<cutlass::bfloat16_t, PingpongConfig>>()
-                : f.template operator()<GroupedKernel<cutlass::half_t, PingpongConfig>>();
-  }
-  return bf16 ? f.template operator()<GroupedKernel<cutlass::bfloat16_t, CoopConfig>>()
-              : f.template operator()<GroupedKernel<cutlass::half_t, CoopConfig>>();
+// Ping-pong 64 x 128 tiles when the experts average at most 64 rows (decode, and skewed
+// experts at 64 on average), else cooperative 128 x 128 (session 46 and 47 sweeps,
+// tune_blockwise_grouped_mm.py); p.config 0 / 1 forces one (tuning).
+sm90::GroupedConfigFn pick(const GroupedBlockwiseMmParams& p) {
+  if (p.config == 0) return &sm90::grouped_coop_128x128;
+  if (p.config == 1) return &sm90::grouped_pingpong_64x128;
+  return p.rows <= 64 * p.num_experts ? &sm90::grouped_pingpong_64x128 : &sm90::grouped_coop_128x128;
 }
 
 WorkspaceLayout layout_of(const GroupedBlockwiseMmParams& p) {
-  const size_t c = with_kernel(p, [&]<typename K>() { return cutlass_workspace<K>(p); });
-  return WorkspaceLayout(c, p.num_experts);
-}
-
-template <typename K>
-cudaError_t run(const GroupedBlockwiseMmParams& p, void* workspace, cudaStream_t stream) {
-  using ElementD = typename K::ElementD;
-  const WorkspaceLayout w = layout_of(p);
-  uint8_t* ws = static_cast<uint8_t*>(workspace);
-  SetupArgs s{};
-  s.p = p;
-  s.out_bytes = static_cast<int>(sizeof(ElementD));
-  s.stride_a = reinterpret_cast<StrideA*>(ws + w.stride_a);
-  s.stride_b = reinterpret_cast<StrideB*>(ws + w.stride_b);
-  s.stride_d = reinterpret_cast<StrideD*>(ws + w.stride_d);
-  s.problems = reinterpret_cast<ProblemMNK*>(ws + w.problems);
-  s.bad_flag = reinterpret_cast<int32_t*>(ws + w.flag);
-  grouped_mm_setup_kernel<<<1, 256, 0, stream>>>(s);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  return run_cutlass_gemm<typename K::Gemm>(gemm_arguments<K>(p, s), ws, nullptr, stream);
+  size_t bytes = 0;
+  if (pick(p)(p, GroupedDeviceArrays{}, nullptr, &bytes, nullptr) != cudaSuccess) bytes = 0;
+  return WorkspaceLayout(bytes, p.num_experts);
 }
 
 }  // namespace
@@ -244,7 +117,20 @@ size_t fp8_blockwise_grouped_mm_flag_offset(const GroupedBlockwiseMmParams& p) {
 
 cudaError_t launch_fp8_blockwise_grouped_mm_sm90(const GroupedBlockwiseMmParams& p, void* workspace,
                                                  cudaStream_t stream) {
-  return with_kernel(p, [&]<typename K>() { return run<K>(p, workspace, stream); });
+  const WorkspaceLayout w = layout_of(p);
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  SetupArgs s{};
+  s.p = p;
+  s.out_bytes = 2;  // bf16 or fp16 (OutType)
+  s.d.stride_a = reinterpret_cast<GroupedStrideA*>(ws + w.stride_a);
+  s.d.stride_b = reinterpret_cast<GroupedStrideB*>(ws + w.stride_b);
+  s.d.stride_d = reinterpret_cast<GroupedStrideD*>(ws + w.stride_d);
+  s.d.problems = reinterpret_cast<GroupedProblemMNK*>(ws + w.problems);
+  s.bad_flag = reinterpret_cast<int32_t*>(ws + w.flag);
+  grouped_mm_setup_kernel<<<1, 256, 0, stream>>>(s);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return pick(p)(p, s.d, ws, nullptr, stream);
 }
 
 }  // namespace sgl_kernel::gemm
