@@ -172,6 +172,8 @@ OP_SCHEMAS = {
     "embedding_lookup": "embedding_lookup(Tensor! out, Tensor weight, Tensor indices, int vocab_start, int vocab_length) -> ()",
     # 3.4
     "fast_compare_key": "fast_compare_key(Tensor x, Tensor y) -> int",
+    # section 4's list (sgl-kernel's schema: the alias of the input is not declared)
+    "weak_ref_tensor": "weak_ref_tensor(Tensor tensor) -> Tensor",
 }
 
 # Ops that work without a GPU (API.md: fast_compare_key, meta_size); build_info() reports
@@ -301,6 +303,7 @@ PUBLIC_FUNCTIONS = {
     "embedding_lookup": ("sgl_kernel.project", "weight, indices, *, vocab_range=None, out=None"),
     "fast_compare_key": ("sgl_kernel.project", "x, y"),
     "set_kv_buffer_kernel": ("sgl_kernel.memory", "k_cache, v_cache, loc, k, v, fallback=False"),
+    "weak_ref_tensor": ("sgl_kernel.memory", "tensor"),
     "build_info": ("sgl_kernel.info", ""),
     "is_arch_support_pdl": ("sgl_kernel.utils", ""),
     "is_hopper_or_later_arch": ("sgl_kernel.utils", ""),
@@ -929,6 +932,24 @@ def test_fake_moe_inplace_ops():
             assert vm.shape == v.shape and vm.dtype == v.dtype and sm.shape == s.shape and sm.dtype == torch.float32
         assert sgl_kernel.fp8_blockwise_scaled_grouped_mm(*_grouped_mm_args("cuda")) is None
         assert sgl_kernel.lightning_attention_decode(*_lightning_args("cuda")) is None
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "scalar", "empty"])
+def test_fake_weak_ref_tensor(layout):
+    with FakeTensorMode():
+        base = torch.empty(40, 6, 7, dtype=torch.bfloat16, device="cuda")
+        x = {"contiguous": base[1:], "transposed": base.transpose(0, 2), "scalar": base[0, 0, 0],
+             "empty": base[:0]}[layout]
+        for y in (sgl_kernel.weak_ref_tensor(x), torch.ops.sgl_kernel.weak_ref_tensor.default(x)):
+            assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype
+            assert y.device.type == "cuda"
+
+
+def test_weak_ref_tensor_cpu_rejected_and_non_tensors_pass():
+    with raises_op_error("weak_ref_tensor", "tensor", "CUDA tensor"):
+        sgl_kernel.weak_ref_tensor(torch.randn(4, 32))
+    for obj in (None, 3, 2.5, "x", [torch.randn(2)]):
+        assert sgl_kernel.weak_ref_tensor(obj) is obj
 
 
 def test_relu_cpu_tensor_rejected():

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -314,6 +315,33 @@ int64_t fast_compare_key(const at::Tensor& x, const at::Tensor& y) {
   return common_prefix_length(x.const_data_ptr<int64_t>(), x.stride(0), y.const_data_ptr<int64_t>(), y.stride(0), n);
 }
 
+// ---------------------------------------------------------------------------------------
+// weak_ref_tensor (host code, no kernel)
+
+// A tensor over tensor's memory (same data pointer, sizes, strides, dtype and device) that
+// does not own it: its storage has no deleter and holds no reference to tensor's, so the
+// memory is freed (back to the caching allocator) when the last owner goes, whatever views
+// of this result remain. For CUDA-graph runners that keep a captured output's address without
+// keeping the output alive.
+at::Tensor weak_ref_tensor(const at::Tensor& tensor) {
+  constexpr const char* op = "weak_ref_tensor";
+  check_cuda(op, "tensor", tensor);
+  SGL_CHECK(!tensor.is_quantized(), op, "tensor must not be a quantized tensor");
+  // The conjugate / negation bits are not part of the memory: a result without them would
+  // read other values. (Registered for the Conjugate and Negative keys too, below: PyTorch's
+  // fallback for those keys would otherwise hand this op a resolved temporary copy, and the
+  // result would point at freed memory.)
+  SGL_CHECK(!tensor.is_conj() && !tensor.is_neg(), op,
+            "tensor has a lazy conjugate or negation bit (call resolve_conj() / resolve_neg() first)");
+  // target_device: the device is known, so no pointer query (an empty tensor's pointer may
+  // be null).
+  return at::for_blob(tensor.data_ptr(), tensor.sizes())
+      .strides(tensor.strides())
+      .options(tensor.options().requires_grad(false))
+      .target_device(tensor.device())
+      .make_tensor();
+}
+
 // One registration for CUDA and CPU tensors: for CPU tensors the checks raise the op's own
 // "must be a CUDA tensor" message instead of the dispatcher's "could not run ... CPU".
 void register_impls(torch::Library& m) {
@@ -324,6 +352,7 @@ void register_impls(torch::Library& m) {
   m.impl("shuffle_rows", &shuffle_rows);
   // A CPU op: CUDA tensors get its own "must be a CPU tensor" message.
   m.impl("fast_compare_key", &fast_compare_key);
+  m.impl("weak_ref_tensor", &weak_ref_tensor);
 }
 
 }  // namespace
@@ -341,10 +370,18 @@ TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {
   m.def("shuffle_rows(Tensor input, Tensor dst2src_map, Tensor! output) -> ()");
   // length of the common prefix of two 1-D CPU int tensors
   m.def("fast_compare_key(Tensor x, Tensor y) -> int");
+  // a non-owning tensor over tensor's memory (sgl-kernel's op; the schema does not mark the alias)
+  m.def("weak_ref_tensor(Tensor tensor) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CUDA, m) { register_impls(m); }
 
 TORCH_LIBRARY_IMPL(sgl_kernel, CPU, m) { register_impls(m); }
+
+// Tensors with a lazy conjugate / negation bit reach weak_ref_tensor itself (which refuses
+// them) instead of PyTorch's fallback for these keys, which would materialize a copy.
+TORCH_LIBRARY_IMPL(sgl_kernel, Conjugate, m) { m.impl("weak_ref_tensor", &weak_ref_tensor); }
+
+TORCH_LIBRARY_IMPL(sgl_kernel, Negative, m) { m.impl("weak_ref_tensor", &weak_ref_tensor); }
 
 }  // namespace sgl_kernel::project
