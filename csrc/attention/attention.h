@@ -64,6 +64,9 @@ struct LightningDecodeParams {
   int e;                 // >= 1
   Dtype dtype;           // fp32, fp16 or bf16 (q, k, v and output)
   bool enable_pdl;
+  // Tuning only (0: the launcher's rule): SGL_KERNEL_LIGHTNING_CLUSTER forces the blocks a row
+  // (1, 2, 4 or 8; capped where the rule's per-block kv rows or the cluster launch do not allow).
+  int cluster = 0;
 };
 
 cudaError_t launch_lightning_attention_decode(const LightningDecodeParams& params, cudaStream_t stream);

@@ -3,6 +3,7 @@
 // partial attention outputs by their log-sum-exp), lightning_attention_decode. Checks, then the
 // launchers of attention.h.
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 
 #include <c10/cuda/CUDAGuard.h>
@@ -161,6 +162,9 @@ void lightning_attention_decode(const at::Tensor& q, const at::Tensor& k, const 
               : q.scalar_type() == at::kBFloat16 ? Dtype::kBFloat16
                                                  : Dtype::kFloat32;
     p.enable_pdl = pdl_supported(q);
+    if (const char* c = std::getenv("SGL_KERNEL_LIGHTNING_CLUSTER"); c != nullptr && *c != '\0') {
+      p.cluster = std::atoi(c);
+    }
     check_launch(op, launch_lightning_attention_decode(p, c10::cuda::getCurrentCUDAStream(q.get_device()).stream()));
   }
 }

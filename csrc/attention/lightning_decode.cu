@@ -259,10 +259,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // Blocks per row: a power of two up to kMaxCluster while rows * cs fits in the SM count and every
-// block keeps at least tg kv rows (1: no cluster).
-int cluster_blocks(int64_t rows, int d, int tg, int sms) {
+// block keeps at least tg kv rows (1: no cluster). forced > 0 (tuning): that many, as far as the
+// kv rows allow.
+int cluster_blocks(int64_t rows, int d, int tg, int sms, int forced) {
   int cs = 1;
-  while (cs < kMaxCluster && rows * (2 * cs) <= sms && d >= 2 * cs * tg) cs *= 2;
+  while (cs < kMaxCluster && (forced > 0 ? 2 * cs <= forced : rows * (2 * cs) <= sms) && d >= 2 * cs * tg) cs *= 2;
   return cs;
 }
 
@@ -297,7 +298,7 @@ cudaError_t launch_path(const LightningDecodeParams& p, cudaStream_t stream) {
   const int sms = device_sm_count(device);
   if constexpr (kVec) {
     // The cluster's reduction reads the partials of one pass: e <= kThreads * kPieces * kW.
-    const int cs = lay.cols <= kThreads * kPieces ? cluster_blocks(rows, p.d, lay.tg, sms) : 1;
+    const int cs = lay.cols <= kThreads * kPieces ? cluster_blocks(rows, p.d, lay.tg, sms, p.cluster) : 1;
     if (cs > 1 && cluster_launchable<lightning_decode_kernel<T, true, true, true>>(cs, kThreads)) {
       return launch_instance<T, true, true, true>(p, lay, cs, stream);
     }

@@ -13,7 +13,7 @@ using Kernel = GroupedKernel<ElementD, cute::Shape<cute::_64, cute::_128, cute::
 }  // namespace
 
 cudaError_t grouped_pingpong_64x128(const GroupedBlockwiseMmParams& p, const GroupedDeviceArrays& d, void* workspace,
-                         size_t* cutlass_bytes, cudaStream_t stream) {
+                                    size_t* cutlass_bytes, cudaStream_t stream) {
   return run_grouped_out_types<Kernel>(p, d, workspace, cutlass_bytes, stream);
 }
 
