@@ -11,7 +11,7 @@
 // rounded once). The output sums the fp32 new_kv values just stored (the same bits), each
 // term added with an fma into an fp32 accumulator: a thread sums its rows in increasing i, the
 // row groups of a block are added in group order, and the blocks of a cluster in rank order;
-// the order depends only on the shapes and the device's SM count, so equal calls give equal
+// the order depends only on the shapes (and a forced cluster size), so equal calls give equal
 // bits. NaN or inf in an input propagates as IEEE says.
 //
 // Design: a bandwidth kernel (each row reads and writes d * e fp32 of state; q, k, v and the
@@ -25,9 +25,10 @@
 // registers, and the groups' partials are added in shared memory, in group order. MiniMax
 // (d = e = 128): tc = 16, tg = 16, 8 kv rows a thread, all 16 of its 16-byte state loads in
 // flight at once.
-// Few rows (decode with a small batch: rows * 2 <= SMs), sm90+, vector path, e <= 2048: a row is
-// split over a cluster of cs = 2..8 blocks (block `rank` takes kv rows [rank * chunk, (rank + 1)
-// * chunk)), so that the call occupies most SMs; each block reduces its groups into shared
+// Cluster split (tuning only: SGL_KERNEL_LIGHTNING_CLUSTER; sm90+, vector path, e <= 2048; the
+// default up to session 46 for rows * 2 <= SMs, measured slower in session 47): a row is split
+// over a cluster of cs = 2..8 blocks (block `rank` takes kv rows [rank * chunk, (rank + 1)
+// * chunk)), to occupy more SMs with few rows; each block reduces its groups into shared
 // memory, then the blocks add the cluster's partials through distributed shared memory in rank
 // order, block `rank` writing the output columns rank * kThreads + t, stepping cs * kThreads.
 // Vector path: e % 4 == 0, past_kv and new_kv 16-byte aligned, v and output aligned to 4
@@ -69,12 +70,11 @@ constexpr int kThreads = 256;  // every instance's block size; at most 128 regis
 // e = 128: tc = 16, tg = 16) is a single batch.
 constexpr int kPieces = 2;
 constexpr int kBatch = 8;
-constexpr int64_t kMaxLaunchRows = int64_t{1} << 30;  // rows of one launch (clusters: rows * cs <= SMs)
+constexpr int64_t kMaxLaunchRows = int64_t{1} << 30;  // rows of one launch
 constexpr int kMaxCluster = 8;                        // portable cluster sizes only
-// NOTE: launch choices made without a GPU (to be measured): one block per row; a cluster of
-// blocks per row while rows * cs still fits in the SM count (b = 1, h = 64: cs = 2, 128 blocks;
-// h = 8, b <= 2: cs = 8) and each block keeps at least tg kv rows; the trigger after the first
-// loads for grids of at most kSmallBlocksPerSm blocks an SM, at the end for larger grids.
+// One block per row (cluster_blocks: measured in session 47). NOTE (not measured): the trigger
+// after the first loads for grids of at most kSmallBlocksPerSm blocks an SM, at the end for
+// larger grids.
 constexpr int kSmallBlocksPerSm = 2;
 
 // Threads of a block: tg groups of tc threads, each thread owning kPieces column pieces a pass.
@@ -258,12 +258,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (!kSmall) SGL_PDL_LAUNCH_DEPENDENTS();  // at the end (kSmallBlocksPerSm's NOTE)
 }
 
-// Blocks per row: a power of two up to kMaxCluster while rows * cs fits in the SM count and every
-// block keeps at least tg kv rows (1: no cluster). forced > 0 (tuning): that many, as far as the
-// kv rows allow.
-int cluster_blocks(int64_t rows, int d, int tg, int sms, int forced) {
+// Blocks per row: 1. The session-47 sweep (RESULTS.md, tune_lightning_decode.py) found one block
+// a row as fast as or faster than a cluster of 2 or 4 at every shape from 16 rows up (by up to
+// 28 %), and 8 rows only 5 % faster on 4. forced > 0 (tuning): that many, a power of two up to
+// kMaxCluster as far as every block keeps at least tg kv rows.
+int cluster_blocks(int d, int tg, int forced) {
   int cs = 1;
-  while (cs < kMaxCluster && (forced > 0 ? 2 * cs <= forced : rows * (2 * cs) <= sms) && d >= 2 * cs * tg) cs *= 2;
+  while (cs < kMaxCluster && 2 * cs <= forced && d >= 2 * cs * tg) cs *= 2;
   return cs;
 }
 
@@ -298,7 +299,7 @@ cudaError_t launch_path(const LightningDecodeParams& p, cudaStream_t stream) {
   const int sms = device_sm_count(device);
   if constexpr (kVec) {
     // The cluster's reduction reads the partials of one pass: e <= kThreads * kPieces * kW.
-    const int cs = lay.cols <= kThreads * kPieces ? cluster_blocks(rows, p.d, lay.tg, sms, p.cluster) : 1;
+    const int cs = lay.cols <= kThreads * kPieces ? cluster_blocks(p.d, lay.tg, p.cluster) : 1;
     if (cs > 1 && cluster_launchable<lightning_decode_kernel<T, true, true, true>>(cs, kThreads)) {
       return launch_instance<T, true, true, true>(p, lay, cs, stream);
     }
