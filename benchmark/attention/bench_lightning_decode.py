@@ -60,6 +60,17 @@ def shapes(quick: bool):
     return out
 
 
+def make_inputs(b: int, h: int, d: int, e: int, dtype: torch.dtype):
+    """One call's arguments: random q, k, v in ``dtype``, an fp32 state, decay rates in [0, 1),
+    and the output and new_kv tensors (uninitialized)."""
+    q = torch.randn(b, h, 1, d, device="cuda").to(dtype)
+    k = torch.randn(b, h, 1, d, device="cuda").to(dtype)
+    v = torch.randn(b, h, 1, e, device="cuda").to(dtype)
+    past_kv = torch.randn(b, h, d, e, device="cuda")
+    slope = torch.rand(h, 1, 1, device="cuda")
+    return q, k, v, past_kv, slope, torch.empty_like(v), torch.empty_like(past_kv)
+
+
 def call_bytes(dtype: torch.dtype, b: int, h: int, d: int, e: int) -> int:
     elt = torch.empty((), dtype=dtype).element_size()
     return 2 * b * h * d * e * 4 + b * h * (2 * d + 2 * e) * elt + h * 4
@@ -109,12 +120,7 @@ def build(args: argparse.Namespace) -> Bench:
     for dtype, b, h, d, e in shapes(args.quick):
 
         def setup(b=b, h=h, d=d, e=e, dtype=dtype):
-            q = torch.randn(b, h, 1, d, device="cuda").to(dtype)
-            k = torch.randn(b, h, 1, d, device="cuda").to(dtype)
-            v = torch.randn(b, h, 1, e, device="cuda").to(dtype)
-            past_kv = torch.randn(b, h, d, e, device="cuda")
-            slope = torch.rand(h, 1, 1, device="cuda")
-            return q, k, v, past_kv, slope, torch.empty_like(v), torch.empty_like(past_kv)
+            return make_inputs(b, h, d, e, dtype)
 
         params = {"B": b, "H": h, "D": d, "E": e}
         bench.add_case(OP, dtype, params, setup, call_bytes(dtype, b, h, d, e), check=check)

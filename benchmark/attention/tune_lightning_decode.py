@@ -23,19 +23,11 @@ if sys.path[0] != _ROOT:
     sys.path.insert(0, _ROOT)
 
 import sgl_kernel  # noqa: E402
+from benchmark.attention.bench_lightning_decode import make_inputs  # noqa: E402
 from benchmark.gemm.tune_scaled_mm import _env, time_us  # noqa: E402
 from tests.attention.ref_lightning_decode import check_results  # noqa: E402
 
 VAR = "SGL_KERNEL_LIGHTNING_CLUSTER"
-
-
-def make_set(b: int, h: int, d: int, e: int, dtype: torch.dtype):
-    q = torch.randn(b, h, 1, d, device="cuda").to(dtype)
-    k = torch.randn(b, h, 1, d, device="cuda").to(dtype)
-    v = torch.randn(b, h, 1, e, device="cuda").to(dtype)
-    past_kv = torch.randn(b, h, d, e, device="cuda")
-    slope = torch.rand(h, 1, 1, device="cuda")
-    return q, k, v, past_kv, slope, torch.empty_like(v), torch.empty_like(past_kv)
 
 
 def main() -> int:
@@ -61,7 +53,7 @@ def main() -> int:
         for b in (int(x) for x in args.batches.split(",")):
             state = b * h * d * e * 4
             nsets = 1 if 2 * state * 4 <= l2 else min(8, max(2, -(-4 * l2 // (2 * state))))
-            sets = [make_set(b, h, d, e, dtype) for _ in range(nsets)]
+            sets = [make_inputs(b, h, d, e, dtype) for _ in range(nsets)]
             times = {name: [] for name, _ in variants}
             for rnd in range(args.rounds):
                 for name, env in (variants if rnd % 2 == 0 else variants[::-1]):
